@@ -1,0 +1,116 @@
+// A YAML experiment file as typed structs (DESIGN.md §9). Field names are the YAML keys.
+// load_config() validates everything before any work starts; a bad file throws taco::UserError
+// with one line "FILE:LINE: KEY: what is wrong; what is expected" (exit code 2).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace taco {
+
+struct RunSection {
+  std::string name = "tiny-cpu";
+  std::string dir = "runs";  // outputs go to <dir>/<name>/
+};
+
+struct ModelSection {
+  int n_layer = 4;
+  int n_head = 4;
+  int d_model = 128;
+  int seq_len = 128;
+  int vocab_size = 256;
+};
+
+struct ParallelSection {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  bool sequence_parallel = false;
+  int microbatches = 1;
+  int zero = 0;                  // 0 or 1 (ZeRO-1: sharded optimizer state)
+  std::string backend = "auto";  // auto | nccl | mpi
+};
+
+struct TrainSection {
+  int steps = 300;
+  int micro_batch_size = 8;
+  int64_t global_batch_tokens = 8192;
+  double lr = 1e-3;
+  double min_lr_frac = 0.1;
+  int warmup_steps = 30;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  std::string precision = "auto";  // auto | fp32 | bf16
+  std::string device = "auto";     // auto | cpu | cuda
+  uint64_t seed = 42;
+};
+
+struct DataSection {
+  std::string train = "data/fortunes/train_*.bin";
+  std::string val = "data/fortunes/val_*.bin";
+};
+
+// One codec choice: the codec and its options (only meaningful keys are kept per codec).
+struct CodecSpec {
+  std::string codec = "none";  // none | fp8_tensor | fp8_block | taco
+  std::string format = "e4m3";  // e4m3 | e5m2
+  int group = 128;              // 32 | 64 | 128 | 256 | 512; 0 = auto (calibrated)
+  std::string scales = "dual";  // dual | single | e8m0
+};
+
+struct CompressionRule {
+  std::string layers = "all";      // "all", "3", "1-3", "0,2,5-7"
+  std::vector<std::string> sites;  // empty = every site
+  CodecSpec spec;
+  int line = 0;  // YAML line of the rule, for error messages
+};
+
+struct CompressionSection {
+  CodecSpec default_spec;  // YAML key: default
+  int64_t min_bytes = 0;   // messages smaller than this are sent uncompressed
+  int calibrate_steps = 0;
+  std::vector<CompressionRule> rules;  // first match wins
+};
+
+struct CheckpointSection {
+  std::string dir;  // "" = <run dir>/ckpt
+  int every = 0;    // 0 = only on SIGINT/SIGTERM and at the end
+  int keep = 3;
+  std::string resume = "false";  // false | true | auto
+};
+
+struct LogSection {
+  int every = 10;
+  int eval_every = 100;
+  int eval_batches = 8;
+  bool all_ranks = false;
+};
+
+struct Config {
+  RunSection run;
+  ModelSection model;
+  ParallelSection parallel;
+  TrainSection train;
+  DataSection data;
+  CompressionSection compression;
+  CheckpointSection checkpoint;
+  LogSection log;
+
+  std::string source;  // file the config came from, for messages
+};
+
+// Loads, overrides (each "key.path=value", applied in order as if written in the file) and
+// validates. `source_name` names the file in messages.
+Config load_config_text(const std::string& yaml_text, const std::string& source_name,
+                        const std::vector<std::string>& overrides = {});
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The effective config as YAML (every key, defaults included): printed at start, saved in the
+// run directory, and loadable again by load_config_text.
+std::string config_to_yaml(const Config& config);
+
+}  // namespace taco

@@ -1,0 +1,30 @@
+// Softmax cross-entropy over a (possibly vocab-parallel) logits shard, in the pieces that
+// Megatron's vocab-parallel cross-entropy needs between its reductions:
+//
+//   1. row_max[n]      = max_{v < V_valid} logits[n, v]                      (then all-reduce MAX)
+//   2. sumexp[n]       = sum_{v < V_valid} exp(logits[n, v] - row_max[n])    (then all-reduce SUM)
+//      target_logit[n] = logits[n, targets[n] - vocab_start] if in this shard else 0 (all-reduce SUM)
+//   3. loss[n]         = log(sumexp[n]) + row_max[n] - target_logit[n]
+//   4. dlogits[n, v]   = (softmax[n, v] - [v == target]) * dloss   for v < V_valid, 0 on padding
+//
+// Shapes: logits [N, V] with V the (padded) shard width and V_valid <= V its real columns,
+// targets [N] in global vocab ids, vocab_start the shard's first global id. Padded columns never
+// contribute and never win. dlogits may alias logits (the fused classifier overwrites in place).
+// With one rank the reductions are identities and this is plain cross-entropy.
+#pragma once
+
+#include "kernels/dtype.h"
+
+namespace taco::cpu {
+
+void crossentropy_row_max(float* row_max, const float* logits, int N, int V, int V_valid);
+void crossentropy_sumexp_target(float* sumexp, float* target_logit, const float* logits,
+                                const float* row_max, const int32_t* targets, int N, int V,
+                                int V_valid, int vocab_start);
+void crossentropy_loss(float* loss, const float* row_max, const float* sumexp,
+                       const float* target_logit, int N);
+void crossentropy_backward(float* dlogits, const float* logits, const float* row_max,
+                           const float* sumexp, const int32_t* targets, float dloss, int N, int V,
+                           int V_valid, int vocab_start);
+
+}  // namespace taco::cpu

@@ -1,0 +1,15 @@
+// GELU, tanh approximation (GPT-2):
+//   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// Shapes: flat arrays of n elements. Backward adds dout * gelu'(inp) into dinp.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/dtype.h"
+
+namespace taco::cpu {
+
+void gelu_forward(float* out, const float* inp, size_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+
+}  // namespace taco::cpu

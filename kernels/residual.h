@@ -1,0 +1,19 @@
+// Residual stream and small elementwise helpers on flat arrays of n elements.
+//   residual_forward:  out = a + b            (out may alias a)
+//   residual_backward: da += dout, db += dout (the residual's gradient flows to both branches)
+//   add_inplace:       y += x
+//   scale_inplace:     y *= s
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/dtype.h"
+
+namespace taco::cpu {
+
+void residual_forward(float* out, const float* a, const float* b, size_t n);
+void residual_backward(float* da, float* db, const float* dout, size_t n);
+void add_inplace(float* y, const float* x, size_t n);
+void scale_inplace(float* y, float s, size_t n);
+
+}  // namespace taco::cpu
