@@ -14,4 +14,9 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                         int T, int C, int NH);
 
+// The same ops in double precision: the tests check gradients against finite differences in
+// double, and the fp32 ops against these.
+void attention_forward(double* out, double* att, const double* qkv, int B, int T, int C, int NH);
+void attention_backward(double* dqkv, const double* dout, const double* qkv, const double* att,
+                        int B, int T, int C, int NH);
 }  // namespace taco::cpu

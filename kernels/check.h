@@ -38,7 +38,7 @@ int error_rank();
 }  // namespace taco
 
 // Internal invariant (a bug in taco, never an input check): throws Error with exit code 1.
-#define TACO_CHECK(cond, detail)                                                   \
-  do {                                                                             \
+#define TACO_CHECK(cond, detail)                                                      \
+  do {                                                                                \
     if (!(cond)) ::taco::fail_status("taco", #cond, 0, (detail), __FILE__, __LINE__); \
   } while (0)

@@ -3,7 +3,8 @@
 //
 //   1. row_max[n]      = max_{v < V_valid} logits[n, v]                      (then all-reduce MAX)
 //   2. sumexp[n]       = sum_{v < V_valid} exp(logits[n, v] - row_max[n])    (then all-reduce SUM)
-//      target_logit[n] = logits[n, targets[n] - vocab_start] if in this shard else 0 (all-reduce SUM)
+//      target_logit[n] = logits[n, targets[n] - vocab_start] if in this shard else 0 (all-reduce
+//      SUM)
 //   3. loss[n]         = log(sumexp[n]) + row_max[n] - target_logit[n]
 //   4. dlogits[n, v]   = (softmax[n, v] - [v == target]) * dloss   for v < V_valid, 0 on padding
 //
@@ -27,4 +28,15 @@ void crossentropy_backward(float* dlogits, const float* logits, const float* row
                            const float* sumexp, const int32_t* targets, float dloss, int N, int V,
                            int V_valid, int vocab_start);
 
+// The same ops in double precision: the tests check gradients against finite differences in
+// double, and the fp32 ops against these.
+void crossentropy_row_max(double* row_max, const double* logits, int N, int V, int V_valid);
+void crossentropy_sumexp_target(double* sumexp, double* target_logit, const double* logits,
+                                const double* row_max, const int32_t* targets, int N, int V,
+                                int V_valid, int vocab_start);
+void crossentropy_loss(double* loss, const double* row_max, const double* sumexp,
+                       const double* target_logit, int N);
+void crossentropy_backward(double* dlogits, const double* logits, const double* row_max,
+                           const double* sumexp, const int32_t* targets, double dloss, int N, int V,
+                           int V_valid, int vocab_start);
 }  // namespace taco::cpu

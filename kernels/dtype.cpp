@@ -14,6 +14,8 @@ const char* dtype_name(DType t) {
       return "int32";
     case DType::u16:
       return "uint16";
+    case DType::f64:
+      return "fp64";
   }
   return "?";
 }

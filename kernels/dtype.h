@@ -13,7 +13,7 @@ namespace taco {
 
 using Stream = CUstream_st*;
 
-enum class DType : uint8_t { f32 = 0, bf16 = 1, u8 = 2, i32 = 3, u16 = 4 };
+enum class DType : uint8_t { f32 = 0, bf16 = 1, u8 = 2, i32 = 3, u16 = 4, f64 = 5 };
 
 inline size_t dtype_size(DType t) {
   switch (t) {
@@ -25,6 +25,8 @@ inline size_t dtype_size(DType t) {
       return 2;
     case DType::u8:
       return 1;
+    case DType::f64:
+      return 8;
   }
   return 0;
 }

@@ -12,4 +12,8 @@ namespace taco::cpu {
 void gelu_forward(float* out, const float* inp, size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 
+// The same ops in double precision: the tests check gradients against finite differences in
+// double, and the fp32 ops against these.
+void gelu_forward(double* out, const double* inp, size_t n);
+void gelu_backward(double* dinp, const double* inp, const double* dout, size_t n);
 }  // namespace taco::cpu

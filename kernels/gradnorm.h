@@ -12,6 +12,9 @@ namespace taco::cpu {
 
 double sum_of_squares(const float* x, size_t n);
 
+// The same ops in double precision: the tests check gradients against finite differences in
+// double, and the fp32 ops against these.
+double sum_of_squares(const double* x, size_t n);
 }  // namespace taco::cpu
 
 namespace taco {

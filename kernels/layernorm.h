@@ -17,4 +17,11 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C);
 
+// The same ops in double precision: the tests check gradients against finite differences in
+// double, and the fp32 ops against these.
+void layernorm_forward(double* out, double* mean, double* rstd, const double* inp,
+                       const double* weight, const double* bias, int N, int C);
+void layernorm_backward(double* dinp, double* dweight, double* dbias, const double* dout,
+                        const double* inp, const double* weight, const double* mean,
+                        const double* rstd, int N, int C);
 }  // namespace taco::cpu

@@ -17,7 +17,13 @@ namespace taco::cpu {
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int IC, int OC);
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int IC, int OC);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC);
 
+// The same ops in double precision: the tests check gradients against finite differences in
+// double, and the fp32 ops against these.
+void matmul_forward(double* out, const double* inp, const double* weight, const double* bias, int N,
+                    int IC, int OC);
+void matmul_backward(double* dinp, double* dweight, double* dbias, const double* dout,
+                     const double* inp, const double* weight, int N, int IC, int OC);
 }  // namespace taco::cpu

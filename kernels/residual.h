@@ -16,4 +16,10 @@ void residual_backward(float* da, float* db, const float* dout, size_t n);
 void add_inplace(float* y, const float* x, size_t n);
 void scale_inplace(float* y, float s, size_t n);
 
+// The same ops in double precision: the tests check gradients against finite differences in
+// double, and the fp32 ops against these.
+void residual_forward(double* out, const double* a, const double* b, size_t n);
+void residual_backward(double* da, double* db, const double* dout, size_t n);
+void add_inplace(double* y, const double* x, size_t n);
+void scale_inplace(double* y, double s, size_t n);
 }  // namespace taco::cpu
