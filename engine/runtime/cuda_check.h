@@ -7,12 +7,12 @@
 
 #include "kernels/check.h"
 
-#define TACO_CHECK_CUDA(call)                                                            \
-  do {                                                                                   \
-    cudaError_t taco_status_ = (call);                                                   \
-    if (taco_status_ != cudaSuccess)                                                     \
+#define TACO_CHECK_CUDA(call)                                                                  \
+  do {                                                                                         \
+    cudaError_t taco_status_ = (call);                                                         \
+    if (taco_status_ != cudaSuccess)                                                           \
       ::taco::fail_status("CUDA", #call, long(taco_status_), cudaGetErrorString(taco_status_), \
-                          __FILE__, __LINE__);                                           \
+                          __FILE__, __LINE__);                                                 \
   } while (0)
 
 // After a kernel launch: launch-configuration errors surface here, not at the next sync.

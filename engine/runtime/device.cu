@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "engine/runtime/device.h"
 #include "engine/runtime/cuda_check.h"
+#include "engine/runtime/device.h"
 
 namespace taco {
 
@@ -32,8 +32,10 @@ DeviceInfo select_device(bool want_gpu, int local_rank) {
   info.name = prop.name;
   info.memory_bytes = prop.totalGlobalMem;
   // Dense bf16 peak by datasheet: Hopper (sm_90) SXM 989 TFLOP/s, Ampere A100 312.
-  if (prop.major == 9) info.bf16_peak_tflops = 989.0;
-  else if (prop.major == 8 && prop.minor == 0) info.bf16_peak_tflops = 312.0;
+  if (prop.major == 9)
+    info.bf16_peak_tflops = 989.0;
+  else if (prop.major == 8 && prop.minor == 0)
+    info.bf16_peak_tflops = 312.0;
   return info;
 }
 

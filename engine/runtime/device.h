@@ -9,7 +9,7 @@ enum class DeviceKind { cpu, cuda };
 
 struct DeviceInfo {
   DeviceKind kind = DeviceKind::cpu;
-  int index = -1;          // CUDA ordinal, -1 on the CPU
+  int index = -1;  // CUDA ordinal, -1 on the CPU
   std::string name = "cpu";
   double bf16_peak_tflops = 0;  // dense bf16 tensor-core peak, for MFU; 0 when unknown
   size_t memory_bytes = 0;

@@ -1,0 +1,43 @@
+// CUDA build: host memory for the CPU path, cudaMalloc for devices (never managed memory).
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/runtime/arena.h"
+#include "engine/runtime/cuda_check.h"
+
+namespace taco {
+
+void* device_alloc(DeviceKind device, size_t bytes) {
+  if (device == DeviceKind::cpu) {
+    return host_alloc(bytes);
+  }
+  void* p = nullptr;
+  TACO_CHECK_CUDA(cudaMalloc(&p, bytes));
+  return p;
+}
+
+void device_free(DeviceKind device, void* p) {
+  if (device == DeviceKind::cpu)
+    std::free(p);
+  else
+    cudaFree(p);
+}
+
+void device_memset_zero(DeviceKind device, void* p, size_t bytes) {
+  if (device == DeviceKind::cpu)
+    std::memset(p, 0, bytes);
+  else
+    TACO_CHECK_CUDA(cudaMemset(p, 0, bytes));
+}
+
+void device_copy(void* dst, const void* src, size_t bytes, DeviceKind dst_dev, DeviceKind src_dev) {
+  if (dst_dev == DeviceKind::cpu && src_dev == DeviceKind::cpu) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  TACO_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+}  // namespace taco

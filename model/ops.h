@@ -1,0 +1,71 @@
+// The model's view of the kernels: each op on Tensor views, dispatched by device and dtype to
+// kernels/cpu (fp32, or fp64 for gradient checks) or kernels/cuda (bf16). Shapes are passed
+// explicitly, as in the kernel headers, whose comments give the math.
+//
+// Gradient semantics at this level (what layers rely on):
+//   activation gradients are WRITTEN (=): matmul dinp, attention dqkv, gelu dinp, dlogits;
+//   layernorm_backward ADDS into dinp (it feeds the residual stream);
+//   parameter gradients are ADDED (+=), so micro-batches accumulate.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/runtime/tensor.h"
+
+namespace taco::ops {
+
+void zero(const Tensor& t);
+void copy(const Tensor& dst, const Tensor& src);
+
+void token_embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N,
+                             int C, int vocab_start, int V);
+void token_embedding_backward(const Tensor& dwte, const Tensor& dout, const Tensor& tokens, int N,
+                              int C, int vocab_start, int V);
+void position_embedding_forward(const Tensor& out, const Tensor& wpe, int B, int T, int C);
+void position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int B, int T, int C);
+
+void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias, int N, int C);
+void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                        const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                        const Tensor& mean, const Tensor& rstd, int N, int C);
+
+// bias may be empty (no bias).
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    int N, int IC, int OC);
+// dinp and dbias may be empty (not wanted).
+void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                     const Tensor& dout, const Tensor& inp, const Tensor& weight, int N, int IC,
+                     int OC);
+
+// `saved` is what the backward needs besides qkv and out: the CPU keeps the probabilities
+// [B, NH, T, T]; CUDA keeps the log-sum-exp [B, NH, T]. attention_saved_numel says how much.
+size_t attention_saved_numel(DeviceKind device, int B, int T, int NH);
+void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int B, int T,
+                       int C, int NH);
+void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                        const Tensor& out, const Tensor& saved, int B, int T, int C, int NH);
+
+void gelu_forward(const Tensor& out, const Tensor& inp);
+void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);
+
+void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b);
+void add_inplace(const Tensor& y, const Tensor& x);
+
+// Cross-entropy pieces (kernels/crossentropy.h); row statistics are fp32 on every device
+// (fp64 in fp64 runs).
+void crossentropy_row_max(const Tensor& row_max, const Tensor& logits, int N, int V, int V_valid);
+void crossentropy_sumexp_target(const Tensor& sumexp, const Tensor& target_logit,
+                                const Tensor& logits, const Tensor& row_max, const Tensor& targets,
+                                int N, int V, int V_valid, int vocab_start);
+void crossentropy_loss(const Tensor& loss, const Tensor& row_max, const Tensor& sumexp,
+                       const Tensor& target_logit, int N);
+// Writes dlogits over logits in place.
+void crossentropy_backward(const Tensor& logits, const Tensor& row_max, const Tensor& sumexp,
+                           const Tensor& targets, float dloss, int N, int V, int V_valid,
+                           int vocab_start);
+
+// Sum of squares in double (for the global gradient norm).
+double sum_of_squares(const Tensor& x);
+
+}  // namespace taco::ops
