@@ -43,8 +43,13 @@ class TokenShards {
 
   // Evaluation windows: batch `batch_index` (0-based), rows as above; consecutive non-overlapping
   // windows from the start of the shards, wrapping around, so every eval sees the same tokens.
-  void eval_batch(int batch_index, int batch_rows, int row_begin, int rows, int T,
-                  int32_t* inputs, int32_t* targets) const;
+  void eval_batch(int batch_index, int batch_rows, int row_begin, int rows, int T, int32_t* inputs,
+                  int32_t* targets) const;
+
+  // Evaluation windows of T + 1 tokens over all shards before eval_batch wraps around (window k
+  // of a shard starts at k * T, so each token is a target once): the batches that cover the
+  // data once are ceil(num_eval_windows(T) / batch_rows).
+  size_t num_eval_windows(int T) const;
 
  private:
   struct Impl;
