@@ -1,10 +1,13 @@
 // A YAML experiment file as typed structs (DESIGN.md §9). Field names are the YAML keys.
-// load_config() validates everything before any work starts; a bad file throws taco::UserError
-// with one line "FILE:LINE: KEY: what is wrong; what is expected" (exit code 2).
+// load_config_*() validate everything before any work starts; a bad file throws taco::UserError
+// with one line "FILE:LINE: KEY: what is wrong; expected WHAT" (exit code 2), where a value that
+// came from an override is located as "FILE: --set KEY" instead of a line.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace taco {
@@ -56,7 +59,7 @@ struct DataSection {
 
 // One codec choice: the codec and its options (only meaningful keys are kept per codec).
 struct CodecSpec {
-  std::string codec = "none";  // none | fp8_tensor | fp8_block | taco
+  std::string codec = "none";   // none | fp8_tensor | fp8_block | taco
   std::string format = "e4m3";  // e4m3 | e5m2
   int group = 128;              // 32 | 64 | 128 | 256 | 512; 0 = auto (calibrated)
   std::string scales = "dual";  // dual | single | e8m0
@@ -112,5 +115,25 @@ Config load_config_file(const std::string& path, const std::vector<std::string>&
 // The effective config as YAML (every key, defaults included): printed at start, saved in the
 // run directory, and loadable again by load_config_text.
 std::string config_to_yaml(const Config& config);
+
+// Communication sites (DESIGN.md §3), in a fixed order that per-site tables may index.
+inline constexpr int kNumSites = 15;
+inline constexpr std::array<std::string_view, kNumSites> kSiteNames = {
+    "embed.fwd",    "embed.bwd",   "attn.in.fwd", "attn.in.bwd", "attn.out.fwd",
+    "attn.out.bwd", "mlp.in.fwd",  "mlp.in.bwd",  "mlp.out.fwd", "mlp.out.bwd",
+    "head.in.fwd",  "head.in.bwd", "pp.act",      "pp.grad",     "dp.grad"};
+
+// Index of `name` in kSiteNames, or -1 when it names no site.
+constexpr int site_index(std::string_view name) {
+  for (int i = 0; i < kNumSites; ++i) {
+    if (kSiteNames[i] == name) return i;
+  }
+  return -1;
+}
+
+// The layers that a rule's `layers` text names, sorted and distinct: "all", "3", "1-3",
+// "0,2,5-7". Throws taco::UserError("what is wrong; expected ...", no file or key: the caller
+// adds them) when the text is malformed or names a layer >= n_layer.
+std::vector<int> parse_layer_ranges(const std::string& text, int n_layer);
 
 }  // namespace taco
