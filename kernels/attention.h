@@ -20,3 +20,27 @@ void attention_forward(double* out, double* att, const double* qkv, int B, int T
 void attention_backward(double* dqkv, const double* dout, const double* qkv, const double* att,
                         int B, int T, int C, int NH);
 }  // namespace taco::cpu
+
+// The CUDA path: fused causal flash attention on bf16, head size hs = C / NH of 64 or 128.
+// Instead of att it saves lse [B, NH, T] fp32, the natural log-sum-exp of each query's scaled
+// scores: lse[b, h, t] = ln sum_{s<=t} exp(q_t . k_s / sqrt(hs)). All pointers are device
+// memory, 16-byte aligned; everything runs asynchronously on `stream`.
+namespace taco::cuda {
+
+// out [B, T, C] and lse [B, NH, T] are written, qkv [B, T, 3*C] is read.
+void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+                       Stream stream);
+
+// Device scratch that attention_backward needs: D = rowsum(dout * out) [B, NH, T] fp32 and the
+// fp32 dq accumulator [B, T, C]. Allocate it once (e.g. from the arena) for the largest shape.
+size_t attention_backward_scratch_bytes(int B, int T, int C, int NH);
+
+// WRITES (does not add into) dqkv [B, T, 3*C] from dout [B, T, C] and the forward's qkv, out and
+// lse. `scratch` holds attention_backward_scratch_bytes(B, T, C, NH) bytes (contents ignored).
+// dq is summed with fp32 atomics, so its last bits may differ from run to run; dk and dv are
+// deterministic.
+void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                        const float* lse, int B, int T, int C, int NH, void* scratch,
+                        Stream stream);
+
+}  // namespace taco::cuda
