@@ -43,6 +43,8 @@ std::string shape_name(const Shape& s) {
   return name;
 }
 
+void PrintTo(const Shape& s, std::ostream* os) { *os << shape_name(s); }
+
 #if TACO_HAVE_CUDA
 
 #define CUDA_OK(call)                                                                \
