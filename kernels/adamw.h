@@ -25,3 +25,23 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
                   const AdamWParams& hp);
 
 }  // namespace taco::cpu
+
+// CUDA: fused AdamW for the mixed-precision layout (kernels/cuda/adamw.cu): fp32 master weights
+// and moments m, v; bf16 gradients (times hp.grad_scale) and bf16 parameters, which are WRITTEN
+// from the updated master. Same math as the CPU update above. Call once per contiguous range
+// with that range's weight_decay. master may be nullptr: the bf16 parameters are then updated
+// directly. rounding_seed == kRoundToNearest rounds the parameters to nearest even; any other
+// value rounds stochastically (a hash of seed, hp.step and element index, so runs repeat).
+namespace taco::cuda {
+
+using AdamWParams = cpu::AdamWParams;
+constexpr uint64_t kRoundToNearest = 0;
+
+void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v, size_t n,
+                  const AdamWParams& hp, uint64_t rounding_seed, Stream stream);
+
+// Elementwise conversions (e.g. master weights from bf16 parameters), bf16 rounded to nearest.
+void convert_bf16_to_f32(float* out, const bf16* in, size_t n, Stream stream);
+void convert_f32_to_bf16(bf16* out, const float* in, size_t n, Stream stream);
+
+}  // namespace taco::cuda

@@ -40,3 +40,27 @@ void crossentropy_backward(double* dlogits, const double* logits, const double* 
                            const double* sumexp, const int32_t* targets, double dloss, int N, int V,
                            int V_valid, int vocab_start);
 }  // namespace taco::cpu
+
+// CUDA: bf16 logits, fp32 statistics and losses, queued on `stream` (kernels/cuda/crossentropy.cu).
+// V (the padded row width) must be a multiple of 8 and logits 16-byte aligned. The pieces have
+// the CPU semantics above, with dlogits WRITTEN (it may alias logits).
+namespace taco::cuda {
+
+void crossentropy_row_max(float* row_max, const bf16* logits, int N, int V, int V_valid,
+                          Stream stream);
+void crossentropy_sumexp_target(float* sumexp, float* target_logit, const bf16* logits,
+                                const float* row_max, const int32_t* targets, int N, int V,
+                                int V_valid, int vocab_start, Stream stream);
+void crossentropy_loss(float* loss, const float* row_max, const float* sumexp,
+                       const float* target_logit, int N, Stream stream);
+void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* row_max,
+                           const float* sumexp, const int32_t* targets, float dloss, int N, int V,
+                           int V_valid, int vocab_start, Stream stream);
+
+// The whole vocabulary on one rank (vocab_start = 0): steps 1-4 in one kernel that reads each
+// row twice and writes it once. WRITES loss [N] and, with write_dlogits, dlogits over logits in
+// place; without it (evaluation) the logits are left untouched.
+void fused_classifier(bf16* logits, float* loss, const int32_t* targets, float dloss, int N, int V,
+                      int V_valid, bool write_dlogits, Stream stream);
+
+}  // namespace taco::cuda

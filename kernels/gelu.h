@@ -17,3 +17,13 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 void gelu_forward(double* out, const double* inp, size_t n);
 void gelu_backward(double* dinp, const double* inp, const double* dout, size_t n);
 }  // namespace taco::cpu
+
+// CUDA: bf16 flat arrays, fp32 math, queued on `stream` (kernels/cuda/gelu.cu).
+//   gelu_forward WRITES out; gelu_backward WRITES dinp = dout * gelu'(inp) (an activation
+//   gradient; dinp may alias dout).
+namespace taco::cuda {
+
+void gelu_forward(bf16* out, const bf16* inp, size_t n, Stream stream);
+void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, size_t n, Stream stream);
+
+}  // namespace taco::cuda

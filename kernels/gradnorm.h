@@ -25,3 +25,12 @@ inline float clip_scale(double norm, double grad_clip) {
 }
 
 }  // namespace taco
+
+// CUDA (kernels/cuda/gradnorm.cu): *result (one double in device memory) = sum of x^2 over the n
+// bf16 values of x, or += it with accumulate (for the next range of the same norm). Two stages of
+// fixed shape, so the result is bit-identical from run to run; nothing is copied to the host.
+namespace taco::cuda {
+
+void sum_of_squares(double* result, const bf16* x, size_t n, bool accumulate, Stream stream);
+
+}  // namespace taco::cuda

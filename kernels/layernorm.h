@@ -25,3 +25,23 @@ void layernorm_backward(double* dinp, double* dweight, double* dbias, const doub
                         const double* inp, const double* weight, const double* mean,
                         const double* rstd, int N, int C);
 }  // namespace taco::cpu
+
+// CUDA: bf16 tensors, fp32 mean/rstd, ops queued on `stream` (kernels/cuda/layernorm.cu). C must
+// be a multiple of 8 and the bf16 pointers 16-byte aligned. One warp per row, fp32 math.
+//   layernorm_forward WRITES out, mean, rstd (mean and rstd may be nullptr when not needed);
+//   fused_residual_layernorm_forward WRITES residual_out = a + b (rounded to bf16; may alias a or
+//   b) and out = LayerNorm(residual_out), bit-identical to residual_forward + layernorm_forward;
+//   layernorm_backward ADDS into dinp (it feeds the residual stream) and into dweight, dbias
+//   (parameter gradients), deterministically (fixed-order two-stage sums, no float atomics).
+namespace taco::cuda {
+
+void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+                       const bf16* bias, int N, int C, Stream stream);
+void fused_residual_layernorm_forward(bf16* residual_out, bf16* out, float* mean, float* rstd,
+                                      const bf16* a, const bf16* b, const bf16* weight,
+                                      const bf16* bias, int N, int C, Stream stream);
+void layernorm_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
+                        const bf16* weight, const float* mean, const float* rstd, int N, int C,
+                        Stream stream);
+
+}  // namespace taco::cuda

@@ -27,3 +27,29 @@ void matmul_forward(double* out, const double* inp, const double* weight, const 
 void matmul_backward(double* dinp, double* dweight, double* dbias, const double* dout,
                      const double* inp, const double* weight, int N, int IC, int OC);
 }  // namespace taco::cpu
+
+// CUDA: bf16 tensors through cuBLASLt with fp32 accumulation, queued on `stream`
+// (kernels/cuda/matmul.cu; the handle and a 32 MiB workspace per device and stream are created
+// on first use). Semantics differ from the CPU ops above on purpose:
+//   matmul_forward WRITES out. With pre_gelu != nullptr it is the MLP's first layer:
+//     pre_gelu = inp weight^T + bias and out = gelu(pre_gelu), both written (GELU_AUX_BIAS
+//     epilogue; a separate GELU kernel where cuBLASLt cannot).
+//   matmul_backward WRITES dinp (activation gradient; skipped when nullptr) and ADDS into dweight
+//     and dbias (parameter gradients; either may be nullptr). With pre_gelu != nullptr (the
+//     pre-GELU activation [N, IC] that produced inp, i.e. this is the MLP's second layer),
+//     dinp = (dout weight) * gelu'(pre_gelu): the gradient flows on through the GELU (DGELU
+//     epilogue). dbias comes from the dweight GEMM's BGRADB epilogue where available, else from
+//     a deterministic column-sum kernel.
+namespace taco::cuda {
+
+void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N, int IC,
+                    int OC, bf16* pre_gelu, Stream stream);
+void matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
+                     const bf16* weight, int N, int IC, int OC, const bf16* pre_gelu,
+                     Stream stream);
+
+// For tests and benchmarks: false computes GELU, dGELU and the bias gradient with separate
+// kernels instead of cuBLASLt epilogues (same math, different rounding). Process-wide; default on.
+void matmul_set_fused_epilogues(bool enabled);
+
+}  // namespace taco::cuda

@@ -23,3 +23,13 @@ void residual_backward(double* da, double* db, const double* dout, size_t n);
 void add_inplace(double* y, const double* x, size_t n);
 void scale_inplace(double* y, double s, size_t n);
 }  // namespace taco::cpu
+
+// CUDA: bf16 flat arrays, queued on `stream` (kernels/cuda/residual.cu). Sums in fp32, rounded
+// once. residual_forward WRITES out = a + b (out may alias a or b); add_inplace ADDS x into y.
+// There is no residual_backward: on the GPU, layernorm_backward adds into the residual stream.
+namespace taco::cuda {
+
+void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n, Stream stream);
+void add_inplace(bf16* y, const bf16* x, size_t n, Stream stream);
+
+}  // namespace taco::cuda

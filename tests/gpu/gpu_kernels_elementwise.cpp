@@ -1,0 +1,127 @@
+// CUDA elementwise kernels, GELU (kernels/cuda/gelu.cu) and the residual add
+// (kernels/cuda/residual.cu), against the CPU reference on the same bf16 values. Each runs on an
+// odd length (the scalar tail after the 16-byte groups) and on pointers one element off 16-byte
+// alignment (the all-scalar path).
+//
+// Tolerances:
+//   gelu forward and backward: relative L2 < 1e-2. Both sides use the same fp32 formula; the GPU
+//     rounds the result to bf16 (2^-9 relative) and its tanhf may differ from the host's in the
+//     last fp32 bits. A wrong constant or derivative term gives errors of order 1e-1 or more.
+//   residual: bit-exact. The fp32 sum of two bf16 values is rounded once, as on the host.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/gelu.h"
+#include "kernels/residual.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/support/test_util.h"
+
+namespace taco {
+namespace {
+
+#if TACO_HAVE_CUDA
+
+using test::DeviceArray;
+using test::to_bf16;
+using test::to_float;
+
+constexpr size_t kLength = 1000003;  // odd: 125000 groups of 8 and a tail of 3
+
+// Elements [offset, offset + n) of a device array, back on the host.
+std::vector<float> download_range(const DeviceArray<bf16>& d, size_t offset, size_t n) {
+  const auto all = to_float(d.download());
+  return std::vector<float>(all.begin() + offset, all.begin() + offset + n);
+}
+
+std::vector<float> slice(const std::vector<float>& x, size_t offset, size_t n) {
+  return std::vector<float>(x.begin() + offset, x.begin() + offset + n);
+}
+
+TEST(CudaGelu, ForwardAndBackwardMatchCpuReference) {
+  TACO_SKIP_WITHOUT_GPU();
+  for (size_t offset : {size_t(0), size_t(1)}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(test::describe("offset ", offset, " seed ", seed));
+    const size_t n = kLength - offset;
+    const auto inp = test::random_bf16_values(kLength, seed, 0.f, 3.f);
+    const auto dout = test::random_bf16_values(kLength, seed + 1);
+    std::vector<float> out_ref(n), dinp_ref(n, 0.f);
+    cpu::gelu_forward(out_ref.data(), inp.data() + offset, n);
+    cpu::gelu_backward(dinp_ref.data(), inp.data() + offset, dout.data() + offset, n);
+
+    DeviceArray<bf16> d_inp(to_bf16(inp)), d_dout(to_bf16(dout)), d_out(kLength), d_dinp(kLength);
+    cuda::gelu_forward(d_out.get() + offset, d_inp.get() + offset, n, nullptr);
+    cuda::gelu_backward(d_dinp.get() + offset, d_inp.get() + offset, d_dout.get() + offset, n,
+                        nullptr);
+    const auto out = download_range(d_out, offset, n);
+    const auto dinp = download_range(d_dinp, offset, n);
+    EXPECT_EQ(test::count_nonfinite(out), 0u);
+    EXPECT_EQ(test::count_nonfinite(dinp), 0u);
+    EXPECT_LT(test::relative_l2(out.data(), out_ref.data(), n), 1e-2);
+    EXPECT_LT(test::relative_l2(dinp.data(), dinp_ref.data(), n), 1e-2);
+  }
+}
+
+TEST(CudaGelu, BackwardMayOverwriteItsIncomingGradient) {
+  TACO_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::describe("seed ", seed));
+  const auto inp = test::random_bf16_values(kLength, seed, 0.f, 3.f);
+  const auto dout = test::random_bf16_values(kLength, seed + 1);
+  DeviceArray<bf16> d_inp(to_bf16(inp)), d_dout(to_bf16(dout)), d_dinp(kLength);
+  cuda::gelu_backward(d_dinp.get(), d_inp.get(), d_dout.get(), kLength, nullptr);
+  cuda::gelu_backward(d_dout.get(), d_inp.get(), d_dout.get(), kLength, nullptr);  // in place
+  EXPECT_EQ(test::count_bit_differences(to_float(d_dout.download()), to_float(d_dinp.download())),
+            0u);
+}
+
+TEST(CudaResidual, ForwardIsExactInPlaceAndOutOfPlace) {
+  TACO_SKIP_WITHOUT_GPU();
+  for (size_t offset : {size_t(0), size_t(1)}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(test::describe("offset ", offset, " seed ", seed));
+    const size_t n = kLength - offset;
+    const auto a = test::random_bf16_values(kLength, seed);
+    const auto b = test::random_bf16_values(kLength, seed + 1, 0.f, 0.1f);
+    std::vector<float> sum(n);
+    cpu::residual_forward(sum.data(), a.data() + offset, b.data() + offset, n);
+    const auto expected = test::rounded_to_bf16(sum);
+
+    DeviceArray<bf16> d_a(to_bf16(a)), d_b(to_bf16(b)), d_out(kLength);
+    cuda::residual_forward(d_out.get() + offset, d_a.get() + offset, d_b.get() + offset, n,
+                           nullptr);
+    EXPECT_EQ(test::count_bit_differences(download_range(d_out, offset, n), expected), 0u);
+
+    cuda::add_inplace(d_a.get() + offset, d_b.get() + offset, n, nullptr);  // a += b
+    EXPECT_EQ(test::count_bit_differences(download_range(d_a, offset, n), expected), 0u);
+    // Elements outside the range are untouched.
+    if (offset > 0) {
+      EXPECT_EQ(to_float(d_a.download())[0], a[0]);
+    }
+  }
+}
+
+TEST(CudaResidual, ForwardMayWriteOverItsSecondInput) {
+  TACO_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::describe("seed ", seed));
+  const auto a = test::random_bf16_values(kLength, seed);
+  const auto b = test::random_bf16_values(kLength, seed + 1);
+  std::vector<float> sum(kLength);
+  cpu::residual_forward(sum.data(), a.data(), b.data(), kLength);
+  DeviceArray<bf16> d_a(to_bf16(a)), d_b(to_bf16(b));
+  cuda::residual_forward(d_b.get(), d_a.get(), d_b.get(), kLength, nullptr);
+  EXPECT_EQ(test::count_bit_differences(to_float(d_b.download()), test::rounded_to_bf16(sum)), 0u);
+  EXPECT_EQ(slice(to_float(d_a.download()), 0, 4), slice(a, 0, 4));
+}
+
+#else
+
+TEST(CudaGelu, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+
+#endif
+
+}  // namespace
+}  // namespace taco

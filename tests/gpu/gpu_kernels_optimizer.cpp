@@ -1,0 +1,223 @@
+// CUDA optimizer kernels: fused AdamW with fp32 master weights (kernels/cuda/adamw.cu), the
+// bf16 <-> fp32 conversions, and the gradient sum of squares (kernels/cuda/gradnorm.cu), against
+// the CPU reference on the same values.
+//
+// Tolerances:
+//   m, v: relative L2 < 1e-5. Same fp32 formula on both sides; the GPU may contract a * b + c
+//     into one FMA (a few fp32 ulps).
+//   master weights: relative L2 of the update (new - old) < 1e-4. The new master is stored in
+//     fp32, so a one-ulp difference (~4e-9 at |w| ~ 0.05) is ~4e-6 of a ~1e-3 update.
+//   bf16 parameters: exactly the master rounded to nearest even; without master weights, within
+//     one bf16 ulp of the rounded CPU result (an ulp-level fp32 difference can flip a rounding).
+//   stochastic rounding: on values a quarter ulp above a bf16 number, 25% +- 1% round up (the
+//     binomial spread over 2^20 elements is 0.04%) and the mean error is under 1% of an ulp.
+//   sum of squares: relative error < 1e-6 against the CPU's double sum (the GPU sums groups of 8
+//     exact bf16 squares in fp32 before widening to double).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/adamw.h"
+#include "kernels/gradnorm.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/support/test_util.h"
+
+namespace taco {
+namespace {
+
+#if TACO_HAVE_CUDA
+
+using test::DeviceArray;
+using test::to_bf16;
+using test::to_float;
+
+cpu::AdamWParams hyper(float weight_decay) {
+  return {/*lr=*/1e-3f,        /*beta1=*/0.9f, /*beta2=*/0.95f, /*eps=*/1e-8f, weight_decay,
+          /*grad_scale=*/0.7f, /*step=*/3};
+}
+
+double rel(const std::vector<float>& a, const std::vector<float>& b) {
+  return test::relative_l2(a.data(), b.data(), a.size());
+}
+
+struct State {
+  std::vector<float> master, grads, m, v;
+};
+
+State random_state(size_t n, uint64_t seed) {
+  State s{test::random_normal(n, seed, 0.f, 0.05f), test::random_bf16_values(n, seed + 1),
+          test::random_normal(n, seed + 2, 0.f, 0.1f), test::random_normal(n, seed + 3)};
+  for (auto& x : s.v) x = 0.01f * x * x;  // second moments are non-negative
+  return s;
+}
+
+// One bf16 unit in the last place at x's magnitude.
+float bf16_ulp(float x) {
+  int e = 0;
+  std::frexp(x, &e);
+  return std::ldexp(1.f, e - 8);
+}
+
+// Two ranges of one flat buffer with different weight decay (as for weights and biases); the
+// split at an odd index puts the second range off 16-byte alignment (the scalar path).
+constexpr size_t kLength = 100003;
+constexpr size_t kSplit = 50001;
+
+TEST(CudaAdamW, MasterWeightUpdateMatchesCpuReference) {
+  TACO_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::describe("seed ", seed));
+  const State s = random_state(kLength, seed);
+  State ref = s;
+  cpu::adamw_update(ref.master.data(), ref.grads.data(), ref.m.data(), ref.v.data(), kSplit,
+                    hyper(0.1f));
+  cpu::adamw_update(ref.master.data() + kSplit, ref.grads.data() + kSplit, ref.m.data() + kSplit,
+                    ref.v.data() + kSplit, kLength - kSplit, hyper(0.f));
+
+  DeviceArray<float> d_master(s.master), d_m(s.m), d_v(s.v);
+  DeviceArray<bf16> d_grads(to_bf16(s.grads)), d_params(kLength);
+  cuda::adamw_update(d_params.get(), d_master.get(), d_grads.get(), d_m.get(), d_v.get(), kSplit,
+                     hyper(0.1f), cuda::kRoundToNearest, nullptr);
+  cuda::adamw_update(d_params.get() + kSplit, d_master.get() + kSplit, d_grads.get() + kSplit,
+                     d_m.get() + kSplit, d_v.get() + kSplit, kLength - kSplit, hyper(0.f),
+                     cuda::kRoundToNearest, nullptr);
+  const auto master = d_master.download();
+  EXPECT_LT(rel(test::increment(master, s.master), test::increment(ref.master, s.master)), 1e-4);
+  EXPECT_LT(rel(d_m.download(), ref.m), 1e-5);
+  EXPECT_LT(rel(d_v.download(), ref.v), 1e-5);
+  EXPECT_EQ(
+      test::count_bit_differences(to_float(d_params.download()), test::rounded_to_bf16(master)),
+      0u);
+}
+
+TEST(CudaAdamW, WithoutMasterWeightsUpdatesBf16ParametersDirectly) {
+  TACO_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::describe("seed ", seed));
+  State s = random_state(kLength, seed);
+  s.master = test::rounded_to_bf16(s.master);  // the bf16 parameters are the weights
+  State ref = s;
+  cpu::adamw_update(ref.master.data(), ref.grads.data(), ref.m.data(), ref.v.data(), kLength,
+                    hyper(0.1f));
+  const auto expected = test::rounded_to_bf16(ref.master);
+
+  DeviceArray<float> d_m(s.m), d_v(s.v);
+  DeviceArray<bf16> d_grads(to_bf16(s.grads)), d_params(to_bf16(s.master));
+  cuda::adamw_update(d_params.get(), nullptr, d_grads.get(), d_m.get(), d_v.get(), kLength,
+                     hyper(0.1f), cuda::kRoundToNearest, nullptr);
+  const auto params = to_float(d_params.download());
+  size_t beyond_one_ulp = 0;
+  for (size_t i = 0; i < kLength; ++i)
+    beyond_one_ulp += !(std::fabs(params[i] - expected[i]) <= bf16_ulp(expected[i]));
+  EXPECT_EQ(beyond_one_ulp, 0u);
+  EXPECT_LT(rel(d_m.download(), ref.m), 1e-5);
+}
+
+TEST(CudaAdamW, StochasticRoundingIsUnbiasedAndRepeatable) {
+  TACO_SKIP_WITHOUT_GPU();
+  const size_t n = size_t(1) << 20;
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::describe("seed ", seed));
+  // master = a bf16 number b plus a quarter of its ulp (in magnitude): round-to-nearest always
+  // gives b, stochastic rounding gives the next number up a quarter of the time.
+  const auto base = to_bf16(test::random_normal(n, seed));
+  std::vector<float> master(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t bits = (uint32_t(base[i].bits) << 16) | 0x4000u;
+    std::memcpy(&master[i], &bits, 4);
+  }
+  // lr = 0 and zero moments leave the master unchanged: the parameters are just its rounding.
+  cpu::AdamWParams hp = hyper(0.f);
+  hp.lr = 0.f;
+  const std::vector<float> zeros(n, 0.f);
+  DeviceArray<float> d_master(master), d_m(zeros), d_v(zeros);
+  DeviceArray<bf16> d_grads(to_bf16(zeros)), d_params(n);
+  const uint64_t rounding_seed = seed | 1;  // any nonzero seed
+  auto run = [&](int step) {
+    hp.step = step;
+    cuda::adamw_update(d_params.get(), d_master.get(), d_grads.get(), d_m.get(), d_v.get(), n, hp,
+                       rounding_seed, nullptr);
+    return d_params.download();
+  };
+  const auto first = run(1);
+  size_t up = 0, other = 0;
+  double error_in_ulps = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (first[i].bits == base[i].bits + 1) {
+      ++up;
+      error_in_ulps += 0.75;
+    } else if (first[i].bits == base[i].bits) {
+      error_in_ulps -= 0.25;
+    } else {
+      ++other;
+    }
+  }
+  EXPECT_EQ(other, 0u);
+  EXPECT_NEAR(double(up) / n, 0.25, 0.01);
+  EXPECT_LT(std::fabs(error_in_ulps / n), 0.01);
+
+  const auto again = run(1);
+  EXPECT_EQ(std::memcmp(first.data(), again.data(), n * sizeof(bf16)), 0);
+  const auto next_step = run(2);
+  size_t differ = 0;
+  for (size_t i = 0; i < n; ++i) differ += first[i].bits != next_step[i].bits;
+  EXPECT_GT(differ, n / 10);  // fresh random bits each step
+}
+
+TEST(CudaConvert, Bf16AndFp32RoundTripWithNearestEvenRounding) {
+  TACO_SKIP_WITHOUT_GPU();
+  for (size_t offset : {size_t(0), size_t(1)}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(test::describe("offset ", offset, " seed ", seed));
+    const size_t n = kLength - offset;
+    const auto x = test::random_normal(kLength, seed, 0.f, 10.f);
+    DeviceArray<float> d_x(x), d_back(kLength);
+    DeviceArray<bf16> d_h(kLength);
+    cuda::convert_f32_to_bf16(d_h.get() + offset, d_x.get() + offset, n, nullptr);
+    cuda::convert_bf16_to_f32(d_back.get() + offset, d_h.get() + offset, n, nullptr);
+    const auto back = d_back.download();
+    const std::vector<float> got(back.begin() + offset, back.end());
+    const std::vector<float> want =
+        test::rounded_to_bf16(std::vector<float>(x.begin() + offset, x.end()));
+    EXPECT_EQ(test::count_bit_differences(got, want), 0u);
+  }
+}
+
+TEST(CudaGradNorm, SumOfSquaresMatchesCpuAcrossRangesAndRepeats) {
+  TACO_SKIP_WITHOUT_GPU();
+  const size_t n = 3000017;
+  const size_t split = 1000001;  // the second range starts off 16-byte alignment
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::describe("seed ", seed));
+  const auto x = test::random_bf16_values(n, seed, 0.f, 1e-2f);
+  const double expected = cpu::sum_of_squares(x.data(), n);
+
+  DeviceArray<bf16> d_x(to_bf16(x));
+  DeviceArray<double> d_sum(1);
+  auto run = [&] {
+    cuda::sum_of_squares(d_sum.get(), d_x.get(), split, false, nullptr);
+    cuda::sum_of_squares(d_sum.get(), d_x.get() + split, n - split, true, nullptr);
+    return d_sum.download()[0];
+  };
+  const double got = run();
+  EXPECT_LT(std::fabs(got - expected) / expected, 1e-6);
+  const double again = run();
+  EXPECT_EQ(std::memcmp(&got, &again, sizeof(double)), 0);
+
+  // accumulate = false overwrites whatever the result held.
+  cuda::sum_of_squares(d_sum.get(), d_x.get(), n, false, nullptr);
+  EXPECT_LT(std::fabs(d_sum.download()[0] - expected) / expected, 1e-6);
+}
+
+#else
+
+TEST(CudaAdamW, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+
+#endif
+
+}  // namespace
+}  // namespace taco
