@@ -125,8 +125,8 @@ __global__ void wpe_backward_kernel(nv_bf16* dwpe, const nv_bf16* dout, int B, i
 }
 
 void check_channels(const char* op, int C, const void* p0, const void* p1, const void* p2) {
-  TACO_CHECK(C % 8 == 0, std::string(op) + ": C=" + std::to_string(C) +
-                             " must be a multiple of 8 (rows are read as 16-byte vectors)");
+  TACO_CHECK(C > 0 && C % 8 == 0, std::string(op) + ": C=" + std::to_string(C) +
+                                      " must be a positive multiple of 8 (16-byte row vectors)");
   for (const void* p : {p0, p1, p2})
     TACO_CHECK(!p || detail::aligned16(p), std::string(op) + ": pointers must be 16-byte aligned");
 }
