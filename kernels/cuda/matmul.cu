@@ -50,6 +50,31 @@ struct Gemm {
   int64_t ld_aux = 0;
 };
 
+// A plain GEMM (no epilogue, D overwritten): the layouts of the three products in the comment on
+// top of this file.
+Gemm plain_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a,
+                int64_t lda, const void* b, int64_t ldb, void* d, int64_t ldd) {
+  Gemm g;
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = a;
+  g.lda = lda;
+  g.b = b;
+  g.ldb = ldb;
+  g.d = d;
+  g.ldd = ldd;
+  return g;
+}
+
+void check_shape(const char* op, int N, int IC, int OC) {
+  TACO_CHECK(N >= 0 && IC > 0 && OC > 0, std::string(op) + ": bad shape N=" + std::to_string(N) +
+                                             " IC=" + std::to_string(IC) +
+                                             " OC=" + std::to_string(OC));
+}
+
 bool epilogue_optional(cublasLtEpilogue_t e) {
   return e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS;
 }
@@ -265,26 +290,15 @@ void matmul_set_fused_epilogues(bool enabled) { g_fused_epilogues = enabled; }
 
 void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N, int IC,
                     int OC, bf16* pre_gelu, Stream stream) {
-  TACO_CHECK(N >= 0 && IC > 0 && OC > 0, "matmul_forward: bad shape N=" + std::to_string(N) +
-                                             " IC=" + std::to_string(IC) +
-                                             " OC=" + std::to_string(OC));
+  check_shape("matmul_forward", N, IC, OC);
   if (N == 0) return;
-  Gemm g;
-  g.trans_a = true;
-  g.m = OC;
-  g.n = N;
-  g.k = IC;
-  g.a = weight;
-  g.lda = IC;
-  g.b = inp;
-  g.ldb = IC;
-  g.ldd = OC;
+  // D[OC, N] = op_T(W)[OC, IC] inp[IC, N]; D is out, or pre_gelu when GELU runs separately.
+  Gemm g = plain_gemm(true, false, OC, N, IC, weight, IC, inp, IC, out, OC);
   g.bias = bias;
   const cublasLtEpilogue_t plain = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   if (pre_gelu) {
     // cuBLASLt wants the aux leading dimension divisible by 8.
     if (g_fused_epilogues && OC % 8 == 0) {
-      g.d = out;
       g.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
       g.aux = pre_gelu;
       g.ld_aux = OC;
@@ -298,7 +312,6 @@ void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* 
     gelu_forward(out, pre_gelu, size_t(N) * OC, stream);
     return;
   }
-  g.d = out;
   g.epilogue = plain;
   require(run_gemm(g, stream), g);
 }
@@ -306,21 +319,11 @@ void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* 
 void matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
                      const bf16* weight, int N, int IC, int OC, const bf16* pre_gelu,
                      Stream stream) {
-  TACO_CHECK(N >= 0 && IC > 0 && OC > 0, "matmul_backward: bad shape N=" + std::to_string(N) +
-                                             " IC=" + std::to_string(IC) +
-                                             " OC=" + std::to_string(OC));
+  check_shape("matmul_backward", N, IC, OC);
   if (N == 0) return;
   if (dinp) {
-    Gemm g;
-    g.m = IC;
-    g.n = N;
-    g.k = OC;
-    g.a = weight;
-    g.lda = IC;
-    g.b = dout;
-    g.ldb = OC;
-    g.d = dinp;
-    g.ldd = IC;
+    // D[IC, N] = W[IC, OC] dout[OC, N]
+    Gemm g = plain_gemm(false, false, IC, N, OC, weight, IC, dout, OC, dinp, IC);
     bool done = false;
     if (pre_gelu && g_fused_epilogues && IC % 8 == 0) {
       g.epilogue = CUBLASLT_EPILOGUE_DGELU;
@@ -337,17 +340,8 @@ void matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, c
     }
   }
   if (dweight) {
-    Gemm g;
-    g.trans_b = true;
-    g.m = IC;
-    g.n = OC;
-    g.k = N;
-    g.a = inp;
-    g.lda = IC;
-    g.b = dout;
-    g.ldb = OC;
-    g.d = dweight;
-    g.ldd = IC;
+    // D[IC, OC] += inp[IC, N] op_T(dout)[N, OC]
+    Gemm g = plain_gemm(false, true, IC, OC, N, inp, IC, dout, OC, dweight, IC);
     g.accumulate = true;
     if (dbias && g_fused_epilogues) {
       auto* column_sums = static_cast<bf16*>(detail::scratch(stream, size_t(OC) * sizeof(bf16)));

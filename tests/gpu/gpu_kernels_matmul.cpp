@@ -36,10 +36,6 @@ struct Shape {
 
 std::string name(const Shape& s) { return test::describe("N", s.N, " IC", s.IC, " OC", s.OC); }
 
-double rel(const std::vector<float>& a, const std::vector<float>& b) {
-  return test::relative_l2(a.data(), b.data(), a.size());
-}
-
 // Odd sizes (rows not 16-byte aligned; the GELU epilogues then fall back), GPT-2's attention
 // QKV and MLP layers, and a small-batch tied LM head over the padded vocabulary.
 const std::vector<Shape> kShapes = {
@@ -82,7 +78,7 @@ TEST_F(CudaMatmul, ForwardMatchesCpuReference) {
           d_out(ref.size());
       cuda::matmul_forward(d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr,
                            s.N, s.IC, s.OC, nullptr, nullptr);
-      EXPECT_LT(rel(to_float(d_out.download()), ref), 1e-2);
+      EXPECT_LT(test::relative_l2(to_float(d_out.download()), ref), 1e-2);
     }
   }
 }
@@ -105,8 +101,8 @@ TEST_F(CudaMatmul, ForwardWithGeluWritesActivationAndPreActivation) {
           d_out(n_out), d_pre(n_out);
       cuda::matmul_forward(d_out.get(), d_inp.get(), d_w.get(), d_b.get(), s.N, s.IC, s.OC,
                            d_pre.get(), nullptr);
-      EXPECT_LT(rel(to_float(d_pre.download()), pre_ref), 1e-2);
-      EXPECT_LT(rel(to_float(d_out.download()), out_ref), 1e-2);
+      EXPECT_LT(test::relative_l2(to_float(d_pre.download()), pre_ref), 1e-2);
+      EXPECT_LT(test::relative_l2(to_float(d_out.download()), out_ref), 1e-2);
     }
   }
 }
@@ -142,10 +138,9 @@ TEST_F(CudaMatmul, BackwardWritesDinpAndAddsWeightAndBiasGradients) {
       const auto dinp = to_float(d_dinp.download());
       const auto dweight = to_float(d_dw.download());
       const auto dbias = to_float(d_db.download());
-      EXPECT_LT(rel(dinp, dinp_ref), 1e-2);
-      EXPECT_LT(rel(test::increment(dweight, dweight0), test::increment(dweight_ref, dweight0)),
-                2e-2);
-      EXPECT_LT(rel(test::increment(dbias, dbias0), test::increment(dbias_ref, dbias0)), 2e-2);
+      EXPECT_LT(test::relative_l2(dinp, dinp_ref), 1e-2);
+      EXPECT_LT(test::relative_l2_of_increment(dweight, dweight_ref, dweight0), 2e-2);
+      EXPECT_LT(test::relative_l2_of_increment(dbias, dbias_ref, dbias0), 2e-2);
 
       // Same inputs, same bits (cuBLASLt is deterministic for a fixed algorithm, our bias
       // reduction by construction).
@@ -182,7 +177,7 @@ TEST_F(CudaMatmul, BackwardThroughGeluMultipliesByItsDerivative) {
           d_pre(to_bf16(pre_gelu)), d_dinp(n_in);
       cuda::matmul_backward(d_dinp.get(), nullptr, nullptr, d_dout.get(), d_inp.get(), d_w.get(),
                             s.N, s.IC, s.OC, d_pre.get(), nullptr);
-      EXPECT_LT(rel(to_float(d_dinp.download()), dinp_ref), 2e-2);
+      EXPECT_LT(test::relative_l2(to_float(d_dinp.download()), dinp_ref), 2e-2);
     }
   }
 }

@@ -70,6 +70,17 @@ std::vector<float> random_bf16_values(size_t n, uint64_t seed, float mean, float
   return rounded_to_bf16(random_normal(n, seed, mean, stddev));
 }
 
+double relative_l2(const std::vector<float>& a, const std::vector<float>& ref) {
+  if (a.size() != ref.size()) return INFINITY;
+  return relative_l2(a.data(), ref.data(), a.size());
+}
+
+double relative_l2_of_increment(const std::vector<float>& after,
+                                const std::vector<float>& ref_after,
+                                const std::vector<float>& before) {
+  return relative_l2(increment(after, before), increment(ref_after, before));
+}
+
 size_t count_nonfinite(const std::vector<float>& x) {
   size_t n = 0;
   for (float v : x) n += !std::isfinite(v);

@@ -65,6 +65,15 @@ std::string describe(const Parts&... parts) {
   return out.str();
 }
 
+// ||a - ref|| / ||ref|| over whole vectors, in double (NaN if any element is NaN).
+double relative_l2(const std::vector<float>& a, const std::vector<float>& ref);
+
+// For accumulating (+=) kernels: relative L2 of what the kernel added (after - before) against
+// what the reference added (ref_after - before).
+double relative_l2_of_increment(const std::vector<float>& after,
+                                const std::vector<float>& ref_after,
+                                const std::vector<float>& before);
+
 size_t count_nonfinite(const std::vector<float>& x);
 // How many elements differ in their bits.
 size_t count_bit_differences(const std::vector<float>& a, const std::vector<float>& b);
