@@ -24,6 +24,7 @@ using detail::nv_bf16;
 using detail::store;
 
 constexpr int kThreads = 256;
+constexpr int kInFlight = 8;
 
 // kTokens: out = wte[token] (+ wpe[t]); otherwise out += wpe[t].
 template <bool kTokens>
@@ -80,13 +81,14 @@ __global__ void wte_backward_kernel(nv_bf16* dwte, const nv_bf16* dout, const ui
   const nv_bf16* src = dout + c;
   float acc[8] = {};
   int j = i;
-  // Four rows in flight per step; they are still added in token order.
-  for (; j + 4 <= end; j += 4) {
-    float x[4][8];
+  // kInFlight rows loaded per step (the most frequent token's run bounds the kernel's time);
+  // they are still added in token order.
+  for (; j + kInFlight <= end; j += kInFlight) {
+    float x[kInFlight][8];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) load<8>(x[r], src + size_t(rows[j + r]) * C);
+    for (int r = 0; r < kInFlight; ++r) load<8>(x[r], src + size_t(rows[j + r]) * C);
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < kInFlight; ++r)
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[e] += x[r][e];
   }
