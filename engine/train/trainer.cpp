@@ -12,6 +12,7 @@
 #include "engine/train/optimizer.h"
 #include "engine/train/schedule.h"
 #include "kernels/check.h"
+#include "kernels/gradnorm.h"
 #include "model/gpt.h"
 #include "model/ops.h"
 #include "model/param_layout.h"
