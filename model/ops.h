@@ -43,8 +43,11 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
 size_t attention_saved_numel(DeviceKind device, int B, int T, int NH);
 void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int B, int T,
                        int C, int NH);
+// Scratch the backward needs (bytes; 0 on the CPU), planned once by the caller.
+size_t attention_backward_scratch_bytes(DeviceKind device, int B, int T, int C, int NH);
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& out, const Tensor& saved, int B, int T, int C, int NH);
+                        const Tensor& out, const Tensor& saved, const Tensor& scratch, int B, int T,
+                        int C, int NH);
 
 void gelu_forward(const Tensor& out, const Tensor& inp);
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);

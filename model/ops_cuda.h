@@ -6,6 +6,8 @@
 
 namespace taco::ops::cuda_ops {
 
+size_t attention_backward_scratch_bytes(int B, int T, int C, int NH);
+
 void zero(const Tensor& t);
 void copy(const Tensor& dst, const Tensor& src);
 void token_embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N,
@@ -27,7 +29,8 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
 void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int B, int T,
                        int C, int NH);
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& out, const Tensor& saved, int B, int T, int C, int NH);
+                        const Tensor& out, const Tensor& saved, const Tensor& scratch, int B, int T,
+                        int C, int NH);
 void gelu_forward(const Tensor& out, const Tensor& inp);
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);
 void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b);

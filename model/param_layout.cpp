@@ -15,8 +15,8 @@ GptDims GptDims::make(int n_layer, int n_head, int d_model, int seq_len, int voc
 
 size_t GptDims::num_params() const {
   size_t C = d_model;
-  size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
-                     4 * C * C + C;
+  size_t per_layer =
+      2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
   return size_t(padded_vocab) * C + size_t(seq_len) * C + n_layer * per_layer + 2 * C;
 }
 
@@ -49,8 +49,8 @@ ParamLayout::ParamLayout(const GptDims& dims, const LayoutSpec& spec) : dims_(di
   }
 }
 
-void ParamLayout::add(const std::string& name, int layer, int full_rows, int full_cols,
-                      Shard shard, bool decay, float init_std, float init_value) {
+void ParamLayout::add(const std::string& name, int layer, int full_rows, int full_cols, Shard shard,
+                      bool decay, float init_std, float init_value) {
   ParamInfo p;
   p.name = name;
   p.layer = layer;

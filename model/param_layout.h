@@ -37,16 +37,16 @@ struct GptDims {
 enum class Shard { replicated, rows, cols, qkv_rows };
 
 struct ParamInfo {
-  std::string name;  // "wte", "h3.qkv_w", "lnf_b", ...
-  int layer = -1;    // -1 for embeddings and the final LayerNorm
+  std::string name;                  // "wte", "h3.qkv_w", "lnf_b", ...
+  int layer = -1;                    // -1 for embeddings and the final LayerNorm
   int full_rows = 0, full_cols = 0;  // logical shape (a vector is rows x 1)
   int rows = 0, cols = 0;            // this rank's shard
   Shard shard = Shard::replicated;
-  bool decay = false;     // weight decay applies (matrices, not biases or LayerNorm)
-  float init_std = 0.f;   // N(0, std) init; 0 = constant init_value
+  bool decay = false;    // weight decay applies (matrices, not biases or LayerNorm)
+  float init_std = 0.f;  // N(0, std) init; 0 = constant init_value
   float init_value = 0.f;
-  int valid_rows = 0;     // rows holding real data (wte: vocab rows below vocab_size)
-  size_t offset = 0;      // elements from the start of the buffer
+  int valid_rows = 0;  // rows holding real data (wte: vocab rows below vocab_size)
+  size_t offset = 0;   // elements from the start of the buffer
   size_t numel() const { return size_t(rows) * cols; }
 };
 
