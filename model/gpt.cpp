@@ -82,6 +82,8 @@ void Gpt::plan(Arena& arena) {
   want(datty_, "datty", N * Cl, dtype_);
   want(dfch_, "dfch", N * 4 * Cl, dtype_);
   want(dfch_gelu_, "dfch_gelu", N * 4 * Cl, dtype_);
+  want(attn_scratch_, "attn_scratch",
+       ops::attention_backward_scratch_bytes(device_, B_, T_, C_local_, NH_local_), DType::u8);
 }
 
 void Gpt::bind(const Arena& arena) {
@@ -210,7 +212,8 @@ void Gpt::backward_block(int i) {
   tp_->reduce_from_tp_region_backward(dresid_, N, "attn.out.bwd", l);
   ops::matmul_backward(datty_, grad(h + "proj_w"), grad(h + "proj_b"), dresid_, a.atty,
                        param(h + "proj_w"), N, Cl, C);
-  ops::attention_backward(dqkv_, datty_, a.qkv, a.atty, a.att_saved, B_, T_, Cl, NH_local_);
+  ops::attention_backward(dqkv_, datty_, a.qkv, a.atty, a.att_saved, attn_scratch_, B_, T_, Cl,
+                          NH_local_);
   ops::matmul_backward(dln_, grad(h + "qkv_w"), grad(h + "qkv_b"), dqkv_, a.ln1, param(h + "qkv_w"),
                        N, C, 3 * Cl);
   tp_->copy_to_tp_region_backward(dln_, N, "attn.in.bwd", l);

@@ -64,7 +64,7 @@ class Gpt {
   std::vector<LayerActs> acts_;  // indexed by local layer
   Tensor tokens_, targets_, resid_final_, lnf_, lnf_mean_, lnf_rstd_, logits_;
   Tensor ce_max_, ce_sumexp_, ce_target_, losses_;
-  Tensor dresid_, dln_, dqkv_, datty_, dfch_, dfch_gelu_;
+  Tensor dresid_, dln_, dqkv_, datty_, dfch_, dfch_gelu_, attn_scratch_;
   std::vector<size_t> handles_;
   std::vector<Tensor*> bound_;
   std::vector<float> host_losses_;

@@ -143,9 +143,16 @@ void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv
       cpu::attention_forward(ptr<Real>(out), ptr<Real>(saved), ptr<Real>(qkv), B, T, C, NH));
 }
 
+size_t attention_backward_scratch_bytes(DeviceKind device, int B, int T, int C, int NH) {
+  if (device == DeviceKind::cuda) return cuda_ops::attention_backward_scratch_bytes(B, T, C, NH);
+  return 0;
+}
+
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& out, const Tensor& saved, int B, int T, int C, int NH) {
-  if (on_gpu(dqkv)) return cuda_ops::attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH);
+                        const Tensor& out, const Tensor& saved, const Tensor& scratch, int B, int T,
+                        int C, int NH) {
+  if (on_gpu(dqkv))
+    return cuda_ops::attention_backward(dqkv, dout, qkv, out, saved, scratch, B, T, C, NH);
   zero(dqkv);
   TACO_CPU_REAL("attention_backward", dqkv,
                 cpu::attention_backward(ptr<Real>(dqkv), ptr<Real>(dout), ptr<Real>(qkv),
