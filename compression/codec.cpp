@@ -1,0 +1,115 @@
+#include "compression/codec.h"
+
+#include <cstring>
+
+#include "compression/codec_impl.h"
+#include "kernels/check.h"
+
+namespace taco {
+
+size_t Codec::max_encoded_size(MessageShape shape, DType input) const {
+  return wire_layout(options_, shape, input).total_bytes;
+}
+
+EncodeResult Codec::encode(const float* x, MessageShape shape, uint8_t* out,
+                           size_t capacity) const {
+  return encode_any(x, DType::f32, shape, out, capacity);
+}
+
+EncodeResult Codec::encode(const bf16* x, MessageShape shape, uint8_t* out, size_t capacity) const {
+  return encode_any(x, DType::bf16, shape, out, capacity);
+}
+
+EncodeResult Codec::encode_any(const void* x, DType dtype, MessageShape shape, uint8_t* out,
+                               size_t capacity) const {
+  const WireHeader header = make_wire_header(options_, shape, dtype);
+  const WireLayout layout = wire_layout(options_, shape, dtype);
+  TACO_CHECK(capacity >= layout.total_bytes, "encode buffer of " + std::to_string(capacity) +
+                                                 " bytes, " + name() + " needs " +
+                                                 std::to_string(layout.total_bytes));
+  write_wire_header(header, out);
+  // Padding after payload and scales is zero, so equal inputs give byte-identical messages.
+  std::memset(out + layout.payload_offset + layout.payload_bytes, 0,
+              layout.scales_offset - layout.payload_offset - layout.payload_bytes);
+  std::memset(out + layout.scales_offset + layout.scales_bytes, 0,
+              layout.total_bytes - layout.scales_offset - layout.scales_bytes);
+  EncodeResult r = encode_body(x, dtype, header, layout, out);
+  r.bytes = layout.total_bytes;
+  return r;
+}
+
+WireHeader Codec::check(const uint8_t* in, size_t size, MessageShape shape,
+                        const WireContext& context) const {
+  WireHeader h;
+  std::string detail;
+  const WireStatus status = read_wire_header(in, size, &h, &detail);
+  if (status != WireStatus::ok) throw_wire_error(status, detail, size, context);
+  if (h.options.kind != options_.kind) {
+    throw_wire_error(WireStatus::wrong_codec,
+                     std::string("encoded with ") + codec_kind_name(h.options.kind) +
+                         ", this receiver decodes " + codec_kind_name(options_.kind),
+                     size, context);
+  }
+  if (h.options != options_) {
+    throw_wire_error(
+        WireStatus::wrong_options,
+        "encoded as '" + describe(h.options) + "', this receiver expects '" + name() + "'", size,
+        context);
+  }
+  if (h.shape != shape) {
+    throw_wire_error(WireStatus::wrong_shape,
+                     "message is [" + std::to_string(h.shape.rows) + ", " +
+                         std::to_string(h.shape.cols) + "], this receiver expects [" +
+                         std::to_string(shape.rows) + ", " + std::to_string(shape.cols) + "]",
+                     size, context);
+  }
+  return h;
+}
+
+DecodeResult Codec::decode_any(const uint8_t* in, size_t size, MessageShape shape, void* out,
+                               DType out_dtype, bool accumulate, const WireContext& context) const {
+  const WireHeader h = check(in, size, shape, context);
+  const WireLayout layout = wire_layout(h.options, h.shape, h.dtype);
+  DecodeResult r;
+  r.nonfinite_groups = decode_body(in, h, layout, out, out_dtype, accumulate);
+  return r;
+}
+
+DecodeResult Codec::decode(const uint8_t* in, size_t size, MessageShape shape, float* out,
+                           const WireContext& context) const {
+  return decode_any(in, size, shape, out, DType::f32, false, context);
+}
+
+DecodeResult Codec::decode(const uint8_t* in, size_t size, MessageShape shape, bf16* out,
+                           const WireContext& context) const {
+  return decode_any(in, size, shape, out, DType::bf16, false, context);
+}
+
+DecodeResult Codec::decode_accumulate(const uint8_t* in, size_t size, MessageShape shape,
+                                      float* out, const WireContext& context) const {
+  return decode_any(in, size, shape, out, DType::f32, true, context);
+}
+
+void Codec::encode_async(const void*, DType, MessageShape, uint8_t*, Stream, int64_t*) const {
+  throw UserError("codec " + name() +
+                  ": no device implementation in this build; "
+                  "stage the message through host memory");
+}
+
+void Codec::decode_async(const uint8_t*, size_t, MessageShape, void*, DType, bool, Stream,
+                         uint32_t*) const {
+  throw UserError("codec " + name() +
+                  ": no device implementation in this build; "
+                  "stage the message through host memory");
+}
+
+std::unique_ptr<Codec> make_codec(const CodecOptions& options) {
+  TACO_CHECK(canonical(options) == options,
+             "codec options must be canonical: " + describe(options));
+  const std::string problem = validate(options, /*allow_auto_group=*/false);
+  TACO_CHECK(problem.empty(), describe(options) + ": " + problem);
+  if (options.kind == CodecKind::none) return make_none_codec();
+  return make_fp8_codec(options);
+}
+
+}  // namespace taco

@@ -1,0 +1,108 @@
+// Codec: turns a message [rows, cols] of fp32 or bf16 into a self-describing byte buffer
+// (compression/wire_format.h) and back. The compressed collectives (parallel/) are written
+// against this interface only.
+//
+//   encode             x -> buffer of exactly max_encoded_size(shape, dtype) bytes
+//   decode             buffer -> out (fp32 or bf16)
+//   decode_accumulate  buffer -> out[i] = out[i] + decoded[i] (fp32), for reduce-scatter sums
+//
+// Decode checks the header (magic, version, checksum, fields), the exact buffer size, and that
+// the codec, options and shape are the ones this receiver expects; any mismatch throws
+// taco::UserError naming the site and rank. It never reads outside [in, in + size).
+//
+// Non-finite inputs: a group (kernels/codec_fp8.h) holding a NaN or Inf decodes as NaN in every
+// element, never as zeros; encode reports how many values and groups were affected, decode how
+// many groups it turned into NaN. Codec none passes values through unchanged.
+//
+// The host methods below are the CPU reference. A CUDA build adds the *_async methods, which
+// take device pointers and a stream and produce and accept the very same bytes; their header
+// checks run on the device and report a WireStatus through a device word that the caller turns
+// into the same error with throw_wire_error after it synchronizes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "compression/codec_options.h"
+#include "compression/wire_format.h"
+#include "kernels/dtype.h"
+
+namespace taco {
+
+struct EncodeResult {
+  size_t bytes = 0;              // bytes written, always max_encoded_size(shape, dtype)
+  int64_t nonfinite_values = 0;  // NaN/Inf inputs
+  int64_t nonfinite_groups = 0;  // groups that will decode as NaN
+};
+
+struct DecodeResult {
+  int64_t nonfinite_groups = 0;  // groups decoded as NaN because the sender saw NaN/Inf
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  Codec(const Codec&) = delete;
+  Codec& operator=(const Codec&) = delete;
+
+  const CodecOptions& options() const { return options_; }
+  std::string name() const { return describe(options_); }
+
+  // The exact encoded size (header + payload + scales): encode writes precisely this many bytes.
+  // It depends on the options, the shape and the input dtype only, never on the values.
+  size_t max_encoded_size(MessageShape shape, DType input) const;
+
+  // `capacity` must be at least max_encoded_size (a smaller buffer is a bug: taco::Error).
+  EncodeResult encode(const float* x, MessageShape shape, uint8_t* out, size_t capacity) const;
+  EncodeResult encode(const bf16* x, MessageShape shape, uint8_t* out, size_t capacity) const;
+
+  // `shape` is what the receiver expects (its output holds shape.count() elements).
+  DecodeResult decode(const uint8_t* in, size_t size, MessageShape shape, float* out,
+                      const WireContext& context) const;
+  DecodeResult decode(const uint8_t* in, size_t size, MessageShape shape, bf16* out,
+                      const WireContext& context) const;
+  DecodeResult decode_accumulate(const uint8_t* in, size_t size, MessageShape shape, float* out,
+                                 const WireContext& context) const;
+
+  // Checks a buffer as decode does and returns its header; throws the same UserError.
+  WireHeader check(const uint8_t* in, size_t size, MessageShape shape,
+                   const WireContext& context) const;
+
+  // --- device memory (CUDA builds; this build has none and these throw UserError) ---
+  virtual bool has_device_path() const { return false; }
+  // `nonfinite_groups`: device int64 the kernel adds its count into.
+  virtual void encode_async(const void* x, DType dtype, MessageShape shape, uint8_t* out,
+                            Stream stream, int64_t* nonfinite_groups) const;
+  // `status`: device word set to a non-zero WireStatus when the header is rejected.
+  virtual void decode_async(const uint8_t* in, size_t size, MessageShape shape, void* out,
+                            DType out_dtype, bool accumulate, Stream stream,
+                            uint32_t* status) const;
+
+ protected:
+  explicit Codec(CodecOptions options) : options_(options) {}
+
+  // Payload and scales of a message whose header and layout the base class has made; `out` is
+  // the start of the message. Returns the non-finite counts (bytes is filled by the base).
+  virtual EncodeResult encode_body(const void* x, DType dtype, const WireHeader& header,
+                                   const WireLayout& layout, uint8_t* out) const = 0;
+  // Decodes a checked message into `out` (fp32 or bf16); returns the groups decoded as NaN.
+  virtual int64_t decode_body(const uint8_t* in, const WireHeader& header, const WireLayout& layout,
+                              void* out, DType out_dtype, bool accumulate) const = 0;
+
+ private:
+  EncodeResult encode_any(const void* x, DType dtype, MessageShape shape, uint8_t* out,
+                          size_t capacity) const;
+  DecodeResult decode_any(const uint8_t* in, size_t size, MessageShape shape, void* out,
+                          DType out_dtype, bool accumulate, const WireContext& context) const;
+
+  CodecOptions options_;
+};
+
+// Builds the codec for canonical, validated options with a concrete group (not auto): a bad
+// option set is a bug in the caller (taco::Error); config input goes through
+// codec_options_from_spec first.
+std::unique_ptr<Codec> make_codec(const CodecOptions& options);
+
+}  // namespace taco

@@ -1,0 +1,204 @@
+#include "compression/policy.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "engine/config/config.h"
+#include "kernels/check.h"
+
+namespace taco {
+
+namespace {
+
+struct ParsedRule {
+  std::vector<bool> layers;  // per layer
+  bool all_layers = false;
+  std::array<bool, kNumSites> sites{};
+  CodecOptions options;
+};
+
+ParsedRule parse_rule(const CompressionRule& rule, size_t index, int n_layer,
+                      const std::string& source) {
+  std::string where = source;
+  if (rule.line > 0) where.append(":").append(std::to_string(rule.line));
+  where.append(": compression.rules[").append(std::to_string(index)).append("]");
+  ParsedRule p;
+  p.layers.assign(size_t(n_layer), false);
+  try {
+    for (int l : parse_layer_ranges(rule.layers, n_layer)) p.layers[size_t(l)] = true;
+  } catch (const UserError& e) {
+    throw UserError(where + ": layers: " + e.what());
+  }
+  p.all_layers = std::all_of(p.layers.begin(), p.layers.end(), [](bool b) { return b; });
+  if (rule.sites.empty()) p.sites.fill(true);
+  for (const std::string& name : rule.sites) {
+    Site site;
+    if (!parse_site(name, &site)) {
+      throw UserError(where + ": sites: unknown site '" + name + "'; sites are " + site_list());
+    }
+    if (!site_is_per_layer(site) && !p.all_layers) {
+      throw UserError(where + ": sites: " + name +
+                      " belongs to no layer, so a rule naming it needs layers: all");
+    }
+    p.sites[size_t(site)] = true;
+  }
+  p.options = codec_options_from_spec(rule.spec, where);
+  return p;
+}
+
+// One character per distinct codec: '.' for none, then A-Z, a-z in order of appearance.
+class Legend {
+ public:
+  char symbol(const CodecOptions& o) {
+    if (o.kind == CodecKind::none) return '.';
+    for (size_t i = 0; i < seen_.size(); ++i) {
+      if (seen_[i] == o) return letter(i);
+    }
+    seen_.push_back(o);
+    return letter(seen_.size() - 1);
+  }
+  std::string text() const {
+    std::string s = "  . none\n";
+    for (size_t i = 0; i < seen_.size(); ++i) {
+      s += std::string("  ") + letter(i) + " " + describe(seen_[i]) + "\n";
+    }
+    return s;
+  }
+
+ private:
+  static char letter(size_t i) {
+    return i < 26 ? char('A' + i) : i < 52 ? char('a' + i - 26) : '?';
+  }
+  std::vector<CodecOptions> seen_;
+};
+
+bool is_auto(const CodecOptions& o) {
+  return o.group == kAutoGroup && (o.kind == CodecKind::fp8_block || o.kind == CodecKind::taco);
+}
+
+constexpr Site kBlockSites[] = {Site::attn_in_fwd,  Site::attn_in_bwd, Site::attn_out_fwd,
+                                Site::attn_out_bwd, Site::mlp_in_fwd,  Site::mlp_in_bwd,
+                                Site::mlp_out_fwd,  Site::mlp_out_bwd};
+
+}  // namespace
+
+CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_layer,
+                                     const std::string& source)
+    : n_layer_(n_layer),
+      min_bytes_(section.min_bytes),
+      calibrate_steps_(section.calibrate_steps),
+      per_layer_(size_t(std::max(n_layer, 0))) {
+  if (n_layer < 1) throw UserError(source + ": model.n_layer must be at least 1");
+  if (section.min_bytes < 0) {
+    throw UserError(source + ": compression.min_bytes: " + std::to_string(section.min_bytes) +
+                    " is negative; use 0 to compress every message");
+  }
+  const CodecOptions fallback =
+      codec_options_from_spec(section.default_spec, source + ": compression.default");
+  std::vector<ParsedRule> rules;
+  for (size_t i = 0; i < section.rules.size(); ++i) {
+    rules.push_back(parse_rule(section.rules[i], i, n_layer, source));
+  }
+
+  auto first_match = [&](int layer, Site site) {
+    for (const ParsedRule& r : rules) {
+      const bool layer_ok = layer < 0 ? r.all_layers : bool(r.layers[size_t(layer)]);
+      if (layer_ok && r.sites[size_t(site)]) return r.options;
+    }
+    return fallback;
+  };
+  for (Site site : all_sites()) {
+    if (site_is_per_layer(site)) {
+      for (int l = 0; l < n_layer; ++l) per_layer_[size_t(l)][size_t(site)] = first_match(l, site);
+    } else {
+      model_wide_[size_t(site)] = first_match(-1, site);
+    }
+  }
+  if (!sites_to_calibrate().empty() && section.calibrate_steps <= 0) {
+    throw UserError(source +
+                    ": compression.calibrate_steps: a rule uses group: auto, so calibrate_steps "
+                    "must be at least 1 (the steps whose tensors choose the group)");
+  }
+}
+
+CodecOptions& CompressionPolicy::at(int layer, Site site) {
+  if (!site_is_per_layer(site)) return model_wide_[size_t(site)];
+  TACO_CHECK(layer >= 0 && layer < n_layer_,
+             std::string("layer ") + std::to_string(layer) + " for site " + site_name(site));
+  return per_layer_[size_t(layer)][size_t(site)];
+}
+
+const CodecOptions& CompressionPolicy::configured(int layer, Site site) const {
+  return const_cast<CompressionPolicy*>(this)->at(layer, site);
+}
+
+CodecOptions CompressionPolicy::resolve(int layer, Site site, int64_t logical_bytes) const {
+  if (logical_bytes < min_bytes_) return CodecOptions{};
+  CodecOptions o = configured(layer, site);
+  if (is_auto(o)) {
+    o.group = kUncalibratedGroup;
+    o.axis = GroupAxis::hidden;
+  }
+  return o;
+}
+
+std::vector<Site> CompressionPolicy::sites_to_calibrate() const {
+  std::vector<Site> out;
+  for (Site site : all_sites()) {
+    const int layers = site_is_per_layer(site) ? n_layer_ : 1;
+    for (int l = 0; l < layers; ++l) {
+      if (is_auto(configured(l, site))) {
+        out.push_back(site);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+void CompressionPolicy::apply_calibration(Site site, int group, GroupAxis axis) {
+  TACO_CHECK(is_group_size(group), "calibrated group " + std::to_string(group));
+  const int layers = site_is_per_layer(site) ? n_layer_ : 1;
+  for (int l = 0; l < layers; ++l) {
+    CodecOptions& o = at(l, site);
+    if (is_auto(o)) {
+      o.group = group;
+      o.axis = axis;
+    }
+  }
+}
+
+std::string CompressionPolicy::table() const {
+  Legend legend;
+  std::vector<std::string> rows;  // one string of symbols per layer
+  for (int l = 0; l < n_layer_; ++l) {
+    std::string r;
+    for (Site s : kBlockSites) r += legend.symbol(configured(l, s));
+    rows.push_back(r);
+  }
+  std::string model_wide = "model-wide:";
+  for (Site s : all_sites()) {
+    if (site_is_per_layer(s)) continue;
+    model_wide += std::string(" ") + site_name(s) + " " + legend.symbol(configured(-1, s));
+  }
+
+  std::string out = "compression: first matching rule wins; messages under " +
+                    std::to_string(min_bytes_) + " bytes go uncompressed\n" + legend.text();
+  out += "  layer   attn.in   attn.out  mlp.in    mlp.out\n";
+  out += "          fwd bwd   fwd bwd   fwd bwd   fwd bwd\n";
+  for (int l = 0; l < n_layer_;) {
+    int end = l;
+    while (end + 1 < n_layer_ && rows[size_t(end + 1)] == rows[size_t(l)]) ++end;
+    const std::string label =
+        l == end ? std::to_string(l) : std::to_string(l) + "-" + std::to_string(end);
+    char line[128];
+    const std::string& r = rows[size_t(l)];
+    std::snprintf(line, sizeof line, "  %-8s%c   %c     %c   %c     %c   %c     %c   %c\n",
+                  label.c_str(), r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+    out += line;
+    l = end + 1;
+  }
+  return out + "  " + model_wide + "\n";
+}
+
+}  // namespace taco

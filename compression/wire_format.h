@@ -1,0 +1,99 @@
+// The versioned wire format of one compressed message (compression/README.md has the table).
+//
+//   [0, 48)                     header (little endian, FNV-1a checksum over bytes 0..43)
+//   [48, 48 + P)                payload: one FP8 code per element in row-major order, or the
+//                               raw fp32/bf16 values for codec none; P = round_up(bytes, 16)
+//   [48 + P, 48 + P + S)        scales, one entry per group (kernels/codec_fp8.h);
+//                               S = round_up(bytes, 16)
+//
+// Every size is a function of the header alone (codec, options, shape, dtype), never of the
+// values, so a sender can size buffers before it encodes and a receiver knows exactly how many
+// bytes to expect. The header is what a CUDA encoder writes from the host's copy, and what a
+// CUDA decoder validates on the device into a WireStatus word.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "compression/codec_options.h"
+#include "kernels/dtype.h"
+
+namespace taco {
+
+constexpr uint32_t kWireMagic = 0x57434154u;  // the bytes 'T' 'A' 'C' 'W'
+constexpr uint16_t kWireVersion = 1;
+constexpr size_t kWireHeaderBytes = 48;
+constexpr size_t kWireAlign = 16;
+constexpr int64_t kMaxWireElements = int64_t(1) << 40;  // rows, cols < 2^31 and rows x cols <= 2^40
+
+// A message is a 2-D [rows, cols] array (tokens x hidden); a flat message has rows = 1.
+struct MessageShape {
+  int64_t rows = 1;
+  int64_t cols = 0;
+  int64_t count() const { return rows * cols; }
+  bool operator==(const MessageShape&) const = default;
+};
+
+struct WireHeader {
+  uint16_t version = kWireVersion;
+  CodecOptions options;      // codec, format, group, scales, axis (canonical)
+  DType dtype = DType::f32;  // element type the sender encoded (fp32 or bf16)
+  MessageShape shape;
+  uint64_t total_bytes = 0;  // header + payload + scales
+};
+
+struct WireLayout {
+  size_t payload_offset = kWireHeaderBytes;
+  size_t payload_bytes = 0;  // unpadded
+  size_t scales_offset = 0;
+  size_t scales_bytes = 0;  // unpadded
+  size_t total_bytes = 0;
+};
+
+// Why a buffer was rejected; the CUDA decoder reports the same codes through a device word.
+enum class WireStatus : uint32_t {
+  ok = 0,
+  truncated,      // shorter than the header
+  bad_magic,      // not a taco message
+  bad_version,    // written by another wire-format version
+  bad_checksum,   // header bytes changed in transit
+  bad_field,      // a header field out of range or inconsistent with the others
+  size_mismatch,  // buffer length differs from the header's total_bytes
+  wrong_codec,    // encoded by another codec than the receiver expects
+  wrong_options,  // same codec, other options (format, group, scales, axis)
+  wrong_shape,    // other [rows, cols] than the receiver expects
+};
+
+const char* wire_status_name(WireStatus status);
+
+// The exact layout for a message of `shape` in `dtype` under canonical `options`.
+WireLayout wire_layout(const CodecOptions& options, MessageShape shape, DType dtype);
+
+// The kernel's view of an FP8 codec's message (kernels/codec_fp8.h); options not none.
+Fp8GroupSpec fp8_group_spec(const CodecOptions& options, MessageShape shape);
+
+// Header for a message; total_bytes filled from wire_layout.
+WireHeader make_wire_header(const CodecOptions& options, MessageShape shape, DType dtype);
+
+// Writes kWireHeaderBytes bytes.
+void write_wire_header(const WireHeader& header, uint8_t* out);
+
+// Reads and checks a buffer of `size` bytes: magic, version, checksum, field ranges, and that
+// `size` equals the header's total. Never reads past `size`. On failure `detail` (when given)
+// gets the specifics ("magic 0x00000000, expected 0x57434154").
+WireStatus read_wire_header(const uint8_t* in, size_t size, WireHeader* header,
+                            std::string* detail = nullptr);
+
+// Where a buffer came from, for the one-line error.
+struct WireContext {
+  std::string site;  // e.g. "attn.out.fwd"
+  int rank = -1;     // -1: the process's error rank (kernels/check.h)
+};
+
+// Throws UserError: "rank R: site S: rejected compressed buffer (N bytes): <status>: <detail>;
+// <what to do>".
+[[noreturn]] void throw_wire_error(WireStatus status, const std::string& detail, size_t size,
+                                   const WireContext& context);
+
+}  // namespace taco

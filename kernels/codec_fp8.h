@@ -1,0 +1,166 @@
+// FP8 (E4M3, E5M2) conversion and grouped FP8 encode/decode of a message [rows, cols].
+//
+// Conversion: float -> FP8 rounds to nearest even and saturates to the largest finite value,
+// bit for bit as CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3 / __NV_E5M2) (and the
+// sm_89+ instruction cvt.rn.satfinite behind it): |x| above the largest finite value, Inf
+// included, becomes +-max; NaN becomes the canonical code 0x7F; |x| <= half the smallest
+// subnormal becomes +-0.
+//   E4M3: s eeee mmm, bias 7, max 448, no Inf, NaN = s 1111 111, smallest subnormal 2^-9.
+//   E5M2: s eeeee mm, bias 15, max 57344, Inf = s 11111 00, NaN = s 11111 {01,10,11}, 2^-16.
+//
+// Grouping: the message is cut into groups of G elements, either G consecutive elements of a
+// row (along hidden) or G consecutive rows of one column (along tokens); the last group of a
+// row (column) is shorter when cols (rows) is not a multiple of G. One group per message when
+// G = 0 (per-tensor scaling). Codes keep the message's row-major order: code k is element k.
+//
+// Per group of n values x (all arithmetic fp32, in the order written, so that a CUDA kernel can
+// reproduce it bit for bit):
+//   hadamard off:  y = x
+//   hadamard on:   ss = tree_sum(x_i * x_i)                  (pairwise, see below)
+//                  a  = clamp(fp8_max / sqrt(ss / n + 1e-6), 1e-3, 1e3)
+//                  y  = WHT_G(a * x)  when n == G (a full group); y = a * x for a short tail
+//   scales dual:   q = max|y| / fp8_max;  code = fp8(y / q);  stores (q, a)
+//                  decode: y' = fp8val * q; x' = WHT(y') / a
+//   scales single: code as dual; stores s = q / a
+//                  decode: x' = WHT(fp8val * s)
+//   scales e8m0:   a power-of-two a commutes exactly with WHT and with a power-of-two q, so it
+//                  folds away: y = WHT_G(x), k = the smallest integer with max|y| <= fp8_max*2^k
+//                  (clamped to [-127, 127]), code = fp8(y * 2^-k); stores the byte k + 127
+//                  decode: x' = WHT(fp8val * 2^k)
+// An all-zero group stores q = 0 (e8m0: k = 0) and decodes to zeros. A group holding a NaN or
+// Inf is poisoned: codes 0, scales NaN (e8m0: byte 0xFF), and it decodes to NaN everywhere, so a
+// non-finite input is never silently zeroed; encode and decode count such groups.
+// tree_sum over n values: pad with zeros to P = next power of two >= n, then
+//   for (h = P / 2; h >= 1; h /= 2) v[i] += v[i + h] for i < h;  result v[0].
+// WHT_G: kernels/hadamard.h (butterflies, then one multiply by float(1/sqrt(G))).
+//
+// Scale section (little endian, one entry per group, groups numbered row-block-major: along
+// hidden g = row * ceil(cols/G) + j; along tokens g = row_block * cols + col):
+//   dual: fp32 q[groups], then fp32 a[groups]; single: fp32 s[groups]; e8m0: uint8 k[groups].
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/dtype.h"
+
+namespace taco {
+
+enum class Fp8Format : uint8_t { e4m3 = 0, e5m2 = 1 };
+
+// The largest finite value, also the value a group's largest |y| maps to.
+inline float fp8_max(Fp8Format format) { return format == Fp8Format::e4m3 ? 448.f : 57344.f; }
+
+// float -> FP8, round to nearest even, saturating (see the top of this file).
+inline uint8_t float_to_fp8(float x, Fp8Format format) {
+  uint32_t xbits;
+  std::memcpy(&xbits, &x, 4);
+  const bool e4m3 = format == Fp8Format::e4m3;
+  const uint32_t sig_bits = e4m3 ? 4u : 3u;  // significand bits with the implicit one
+  const uint32_t mantissa_mask = e4m3 ? 0x7u : 0x3u;
+  const uint32_t bias = e4m3 ? 7u : 15u;
+  const uint32_t min_denorm_half = e4m3 ? 0x3A800000u : 0x37000000u;  // 2^-10, 2^-17
+  const uint32_t overflow = e4m3 ? 0x43E80000u : 0x476FFFFFu;  // 464 = max + ulp/2; 61440 - 1ulp
+  const uint32_t min_norm = e4m3 ? 0x3C800000u : 0x38800000u;  // 2^-6, 2^-14
+  const uint32_t max_norm = e4m3 ? 0x7Eu : 0x7Bu;
+  const uint32_t half_ulp = 1u << (24u - sig_bits - 1u);  // half an FP8 ulp in float mantissa bits
+
+  const uint32_t absx = xbits & 0x7FFFFFFFu;
+  if (absx > 0x7F800000u) return 0x7F;  // NaN: canonical, sign dropped (as CUDA does)
+  const uint32_t sign = (xbits >> 24) & 0x80u;
+  const uint32_t exp = (((xbits >> 23) & 0xFFu) - 127u + bias) & 0xFFu;
+  uint32_t mantissa = (xbits >> (24u - sig_bits)) & mantissa_mask;
+  uint32_t res;
+  if (absx <= min_denorm_half) {
+    res = 0;
+  } else if (absx > overflow) {
+    res = max_norm;
+  } else if (absx >= min_norm) {
+    res = (exp << (sig_bits - 1u)) | mantissa;
+    const uint32_t round = xbits & ((half_ulp << 1) - 1u);
+    // Round to nearest even, written without a branch (the rounding bits are random data).
+    res += uint32_t(round > half_ulp) | (uint32_t(round == half_ulp) & mantissa & 1u);
+  } else {  // FP8 subnormal
+    const uint32_t shift = (1u - exp) & 0xFFu;
+    mantissa |= 1u << (sig_bits - 1u);
+    res = mantissa >> shift;
+    const uint32_t round = (xbits | (1u << 23)) & ((half_ulp << (shift + 1u)) - 1u);
+    const uint32_t half = half_ulp << shift;
+    res += uint32_t(round > half) | (uint32_t(round == half) & res & 1u);
+  }
+  return uint8_t(res | sign);
+}
+
+// FP8 -> float, exact (every FP8 value is a float); NaN codes give a quiet NaN, E5M2 Inf gives Inf.
+inline float fp8_to_float(uint8_t code, Fp8Format format) {
+  const bool e4m3 = format == Fp8Format::e4m3;
+  const uint32_t man_bits = e4m3 ? 3u : 2u;
+  const uint32_t bias = e4m3 ? 7u : 15u;
+  const uint32_t e = (code & 0x7Fu) >> man_bits;
+  const uint32_t m = code & ((1u << man_bits) - 1u);
+  const uint32_t sign = uint32_t(code & 0x80u) << 24;
+  uint32_t bits;
+  if (e4m3 && e == 15u && m == 7u) {
+    bits = sign | 0x7FC00000u;
+  } else if (!e4m3 && e == 31u) {
+    bits = sign | (m ? 0x7FC00000u : 0x7F800000u);
+  } else if (e == 0) {  // subnormal: m * 2^(1 - bias - man_bits)
+    float v = float(m) * (e4m3 ? 0x1p-9f : 0x1p-16f);
+    return sign ? -v : v;
+  } else {
+    bits = sign | ((e - bias + 127u) << 23) | (m << (23u - man_bits));
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+enum class Fp8Scales : uint8_t { dual = 0, single = 1, e8m0 = 2 };
+
+// Bytes of scale per group.
+inline size_t fp8_scale_bytes_per_group(Fp8Scales scales) {
+  return scales == Fp8Scales::dual ? 8 : scales == Fp8Scales::single ? 4 : 1;
+}
+
+// How a message is grouped and scaled (the numbers the kernels need; see the top of this file).
+struct Fp8GroupSpec {
+  int64_t rows = 1;
+  int64_t cols = 0;
+  int64_t group = 0;          // G; 0 = one group for the whole message
+  bool along_tokens = false;  // groups are G consecutive rows of one column
+  bool hadamard = false;      // adaptive scale + Walsh-Hadamard (TACO); needs G a power of two
+  Fp8Format format = Fp8Format::e4m3;
+  Fp8Scales scales = Fp8Scales::single;
+
+  int64_t count() const { return rows * cols; }
+  int64_t num_groups() const {
+    if (count() == 0) return 0;
+    if (group == 0) return 1;
+    return along_tokens ? (rows + group - 1) / group * cols : (cols + group - 1) / group * rows;
+  }
+  size_t scale_bytes() const { return size_t(num_groups()) * fp8_scale_bytes_per_group(scales); }
+};
+
+struct Fp8EncodeCounts {
+  int64_t nonfinite_values = 0;  // NaN/Inf inputs
+  int64_t nonfinite_groups = 0;  // groups poisoned by them (they decode as NaN)
+};
+
+namespace cpu {
+
+// x [rows, cols] -> codes [rows * cols] and spec.scale_bytes() bytes of scales.
+Fp8EncodeCounts fp8_group_encode(const float* x, const Fp8GroupSpec& spec, uint8_t* codes,
+                                 uint8_t* scales);
+Fp8EncodeCounts fp8_group_encode(const bf16* x, const Fp8GroupSpec& spec, uint8_t* codes,
+                                 uint8_t* scales);
+
+// codes + scales -> out [rows, cols]; `accumulate` adds the decoded fp32 value into out instead
+// (out[i] = out[i] + decoded[i], one fp32 add). bf16 output rounds the fp32 value once (RNE).
+// Returns the number of poisoned groups (decoded as NaN).
+int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec,
+                         float* out, bool accumulate);
+int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec,
+                         bf16* out);
+
+}  // namespace cpu
+}  // namespace taco

@@ -1,0 +1,13 @@
+// taco-bench subcommands. Each takes the arguments after its name and returns the exit code;
+// bad arguments throw taco::UserError. Add a subcommand here and in bench_main.cpp's table.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace taco::bench {
+
+// taco-bench codec --cpu [--rows R] [--cols C] [--reps N] [--seed S] [--json FILE]
+int codec(const std::vector<std::string>& args);
+
+}  // namespace taco::bench

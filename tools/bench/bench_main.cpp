@@ -1,0 +1,50 @@
+// taco-bench SUBCOMMAND [options]: benchmarks that print an aligned table and can write JSON.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/check.h"
+#include "tools/bench/bench.h"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  int (*run)(const std::vector<std::string>& args);
+  const char* help;
+};
+
+constexpr Subcommand kSubcommands[] = {
+    {"codec", taco::bench::codec,
+     "codec --cpu [--rows R] [--cols C] [--reps N] [--seed S] [--json FILE]\n"
+     "      bytes/element, ratio vs bf16, relative and per-channel error and GB/s of every\n"
+     "      codec on synthetic activations (DESIGN.md §4)"},
+};
+
+void usage(FILE* to) {
+  std::fprintf(to, "usage: taco-bench SUBCOMMAND [options]\n");
+  for (const Subcommand& s : kSubcommands) std::fprintf(to, "  %s\n", s.help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string name = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  for (const Subcommand& s : kSubcommands) {
+    if (name != s.name) continue;
+    try {
+      return s.run(args);
+    } catch (const taco::Error& e) {
+      std::fprintf(stderr, "taco-bench %s: %s\n", s.name, e.what());
+      return e.exit_code();
+    }
+  }
+  std::fprintf(stderr, "taco-bench: unknown subcommand '%s'\n", name.c_str());
+  usage(stderr);
+  return 2;
+}
