@@ -19,13 +19,16 @@
 //   hadamard on:   ss = tree_sum(x_i * x_i)                  (pairwise, see below)
 //                  a  = clamp(fp8_max / sqrt(ss / n + 1e-6), 1e-3, 1e3)
 //                  y  = WHT_G(a * x)  when n == G (a full group); y = a * x for a short tail
+//                  group (encode and decode both skip the transform there)
 //   scales dual:   q = max|y| / fp8_max;  code = fp8(y / q);  stores (q, a)
 //                  decode: y' = fp8val * q; x' = WHT(y') / a
 //   scales single: code as dual; stores s = q / a
 //                  decode: x' = WHT(fp8val * s)
-//   scales e8m0:   a power-of-two a commutes exactly with WHT and with a power-of-two q, so it
-//                  folds away: y = WHT_G(x), k = the smallest integer with max|y| <= fp8_max*2^k
-//                  (clamped to [-127, 127]), code = fp8(y * 2^-k); stores the byte k + 127
+//   scales e8m0:   a power of two commutes exactly with WHT and with a power-of-two q, so the
+//                  adaptive scale is rounded down to a' = 2^e (e = floor(log2 a), when hadamard
+//                  is on; else e = 0) and folded into the one stored exponent:
+//                  y = WHT_G(a' * x); kq = the smallest integer with max|y| <= fp8_max * 2^kq;
+//                  k = clamp(kq - e, -127, 127); code = fp8((y * 2^-k) * 2^-e); stores k + 127
 //                  decode: x' = WHT(fp8val * 2^k)
 // An all-zero group stores q = 0 (e8m0: k = 0) and decodes to zeros. A group holding a NaN or
 // Inf is poisoned: codes 0, scales NaN (e8m0: byte 0xFF), and it decodes to NaN everywhere, so a

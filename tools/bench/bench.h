@@ -7,7 +7,7 @@
 
 namespace taco::bench {
 
-// taco-bench codec --cpu [--rows R] [--cols C] [--reps N] [--seed S] [--json FILE]
+// taco-bench codec --cpu [--rows R] [--cols C] [--reps N] [--seed S] [--threads T] [--json FILE]
 int codec(const std::vector<std::string>& args);
 
 }  // namespace taco::bench

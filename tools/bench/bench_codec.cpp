@@ -5,7 +5,7 @@
 // the [rows, cols] = tokens x hidden message), the pooled error of the small channels where a
 // distribution has outlier channels, and encode/decode throughput of bf16 messages in GB/s of
 // bytes read + written, next to a bf16 memcpy.
-#include <omp.h>
+#include <omp.h>  // omp_get_max_threads, omp_set_num_threads
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +31,7 @@ struct Args {
   int64_t cols = 768;
   int reps = 3;
   uint64_t seed = 1234;
+  int threads = 0;  // 0: OpenMP's default
   std::string json;
 };
 
@@ -59,6 +60,8 @@ Args parse_args(const std::vector<std::string>& a) {
       r.reps = int(positive("--reps", value(i)));
     } else if (a[i] == "--seed") {
       r.seed = uint64_t(positive("--seed", value(i)));
+    } else if (a[i] == "--threads") {
+      r.threads = int(positive("--threads", value(i)));
     } else if (a[i] == "--json") {
       r.json = value(i);
     } else {
@@ -238,6 +241,7 @@ void write_json(const std::string& path, const Args& a, double copy_gbps,
 
 int codec(const std::vector<std::string>& args) {
   const Args a = parse_args(args);
+  if (a.threads > 0) omp_set_num_threads(a.threads);
   const std::vector<Distribution> dists = distributions(a);
   const size_t n = size_t(a.rows * a.cols);
 
@@ -254,14 +258,14 @@ int codec(const std::vector<std::string>& args) {
       "bf16 memcpy: %.1f GB/s (read + write); GB/s below count bf16 in + wire out "
       "(encode) or wire in + bf16 out (decode)\n\n",
       copy_gbps);
-  std::printf("%-10s %-28s %7s %7s %9s %9s %9s %8s %8s\n", "data", "codec", "B/elem", "vs bf16",
+  std::printf("%-10s %-31s %7s %7s %9s %9s %9s %8s %8s\n", "data", "codec", "B/elem", "vs bf16",
               "rel L2", "mean ch", "small ch", "enc GB/s", "dec GB/s");
 
   std::vector<Row> rows;
   for (const Distribution& d : dists) {
     for (const CodecOptions& o : codecs()) {
       const Row r = measure(*make_codec(o), d, a);
-      std::printf("%-10s %-28s %7.4f %6.2fx %9s %9s %9s %8.2f %8.2f\n", r.distribution.c_str(),
+      std::printf("%-10s %-31s %7.4f %6.2fx %9s %9s %9s %8.2f %8.2f\n", r.distribution.c_str(),
                   r.codec.c_str(), r.bytes_per_element, r.ratio_vs_bf16,
                   fmt("%.3e", r.rel_l2).c_str(), fmt("%.3e", r.mean_channel).c_str(),
                   fmt("%.3e", r.small_channels).c_str(), r.encode_gbps, r.decode_gbps);

@@ -16,7 +16,7 @@ struct Subcommand {
 
 constexpr Subcommand kSubcommands[] = {
     {"codec", taco::bench::codec,
-     "codec --cpu [--rows R] [--cols C] [--reps N] [--seed S] [--json FILE]\n"
+     "codec --cpu [--rows R] [--cols C] [--reps N] [--seed S] [--threads T] [--json FILE]\n"
      "      bytes/element, ratio vs bf16, relative and per-channel error and GB/s of every\n"
      "      codec on synthetic activations (DESIGN.md §4)"},
 };
