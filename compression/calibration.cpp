@@ -120,9 +120,11 @@ std::string CalibrationChoice::line() const {
     return s + (tensors == 0 ? " (nothing observed" : " (no group size divides the tensors") +
            std::string("; uncalibrated default)");
   }
+  char bytes[32];
+  std::snprintf(bytes, sizeof bytes, "%.3f", chosen.bytes_per_element);
   s += " (mean channel error " + sci(chosen.mean_channel_error) + ", global " +
-       sci(chosen.global_error) + ", " + std::to_string(chosen.bytes_per_element).substr(0, 5) +
-       " B/elem) over " + std::to_string(tensors) + " tensors";
+       sci(chosen.global_error) + ", " + bytes + " B/elem) over " + std::to_string(tensors) +
+       " tensors";
   const CalibrationCandidate* best = nullptr;
   for (const CalibrationCandidate& c : candidates) {
     if (c.valid && (!best || c.mean_channel_error < best->mean_channel_error)) best = &c;

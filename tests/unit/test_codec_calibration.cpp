@@ -8,6 +8,7 @@
 #include "compression/codec.h"
 #include "compression/policy.h"
 #include "tests/support/test_util.h"
+#include "tests/unit/test_codec_common.h"
 
 using namespace taco;
 
@@ -51,16 +52,7 @@ void expect_rule_holds(const CalibrationChoice& c, double tolerance) {
   EXPECT_EQ(c.options.axis, c.chosen.axis);
 }
 
-class Calibration : public ::testing::Test {
- protected:
-  void SetUp() override {
-    seed_ = test::fresh_seed();
-    trace_ = std::make_unique<::testing::ScopedTrace>(__FILE__, __LINE__,
-                                                      "seed " + std::to_string(seed_));
-  }
-  uint64_t seed_ = 0;
-  std::unique_ptr<::testing::ScopedTrace> trace_;
-};
+using Calibration = test::FreshSeedTest;
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "compression/codec.h"
 #include "compression/stats.h"
 #include "tests/support/test_util.h"
+#include "tests/unit/test_codec_common.h"
 
 using namespace taco;
 
@@ -152,16 +153,7 @@ std::vector<float> with_outliers(std::vector<float> x, uint64_t seed, double fra
   return x;
 }
 
-class CodecRoundTrip : public ::testing::Test {
- protected:
-  void SetUp() override {
-    seed_ = test::fresh_seed();
-    trace_ = std::make_unique<::testing::ScopedTrace>(__FILE__, __LINE__,
-                                                      "seed " + std::to_string(seed_));
-  }
-  uint64_t seed_ = 0;
-  std::unique_ptr<::testing::ScopedTrace> trace_;
-};
+using CodecRoundTrip = test::FreshSeedTest;
 
 }  // namespace
 

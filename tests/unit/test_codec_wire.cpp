@@ -10,6 +10,7 @@
 #include "compression/codec.h"
 #include "kernels/check.h"
 #include "tests/support/test_util.h"
+#include "tests/unit/test_codec_common.h"
 
 using namespace taco;
 
@@ -53,17 +54,13 @@ void expect_clear_error(const std::string& msg, const std::string& what) {
   EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
 }
 
-class Wire : public ::testing::Test {
+class Wire : public test::FreshSeedTest {
  protected:
   void SetUp() override {
-    seed_ = test::fresh_seed();
-    trace_ = std::make_unique<::testing::ScopedTrace>(__FILE__, __LINE__,
-                                                      "seed " + std::to_string(seed_));
+    FreshSeedTest::SetUp();
     codec_ = make_codec(kTaco);
     buf_ = encoded(*codec_, seed_);
   }
-  uint64_t seed_ = 0;
-  std::unique_ptr<::testing::ScopedTrace> trace_;
   std::unique_ptr<Codec> codec_;
   std::vector<uint8_t> buf_;
 };
