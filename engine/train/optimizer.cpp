@@ -7,38 +7,81 @@ namespace taco {
 
 AdamW::AdamW(const ParamLayout& layout, DType param_dtype, DeviceKind device,
              const AdamWConfig& cfg)
-    : layout_(layout), dtype_(param_dtype), device_(device), cfg_(cfg) {}
+    : layout_(layout), dtype_(param_dtype), device_(device), cfg_(cfg) {
+  const bool cpu_fp32 = device == DeviceKind::cpu && param_dtype == DType::f32;
+  const bool cuda_bf16 = device == DeviceKind::cuda && param_dtype == DType::bf16;
+  TACO_CHECK(cpu_fp32 || cuda_bf16, "AdamW runs fp32 parameters on the CPU, bf16 on CUDA");
+#if !TACO_HAVE_CUDA
+  TACO_CHECK(!cuda_bf16, "AdamW on CUDA in a build without CUDA");
+#endif
+  // The layout is contiguous: merge neighbours with the same decay into one launch.
+  for (const ParamInfo& p : layout.params()) {
+    if (!ranges_.empty() && ranges_.back().decay == p.decay &&
+        ranges_.back().offset + ranges_.back().numel == p.offset) {
+      ranges_.back().numel += p.numel();
+    } else {
+      ranges_.push_back({p.offset, p.numel(), p.decay});
+    }
+  }
+}
 
 void AdamW::plan(Arena& arena) {
+  TACO_CHECK(arena.device() == device_, "AdamW state planned on another device's arena");
   h_m_ = arena.reserve("adam_m", DType::f32, layout_.total());
   h_v_ = arena.reserve("adam_v", DType::f32, layout_.total());
   if (dtype_ == DType::bf16) h_master_ = arena.reserve("master", DType::f32, layout_.total());
 }
 
 void AdamW::bind(const Arena& arena, const Tensor& params) {
+  TACO_CHECK(
+      params.dtype == dtype_ && params.device == device_ && params.numel == layout_.total(),
+      "AdamW::bind: the parameter buffer differs from the optimizer's dtype, device or size");
+  params_ = params;
   m_ = arena.get(h_m_);
   v_ = arena.get(h_v_);
-  if (dtype_ == DType::bf16) {
-    master_ = arena.get(h_master_);
-    TACO_CHECK(false, "bf16 master-weight initialization comes with the CUDA backend");
-  } else {
-    TACO_CHECK(params.dtype == DType::f32, "AdamW on the CPU updates fp32 parameters");
+  if (dtype_ == DType::bf16) master_ = arena.get(h_master_);
+}
+
+void AdamW::load_initial(const float* host) {
+  TACO_CHECK(!params_.empty(), "AdamW::load_initial before bind");
+  const size_t n = layout_.total();
+  if (dtype_ == DType::f32) {
+    device_copy(params_.data, host, n * sizeof(float), device_, DeviceKind::cpu);
+    return;
   }
+  device_copy(master_.data, host, n * sizeof(float), device_, DeviceKind::cpu);
+#if TACO_HAVE_CUDA
+  cuda::convert_f32_to_bf16(params_.as<bf16>(), master_.as<float>(), n, nullptr);
+#endif
 }
 
 void AdamW::update(const Tensor& params, const Tensor& grads, double lr, float grad_scale,
                    int step) {
-  TACO_CHECK(device_ == DeviceKind::cpu, "CUDA AdamW comes with the CUDA backend");
-  for (const ParamInfo& p : layout_.params()) {
-    cpu::AdamWParams hp{float(lr),
-                        float(cfg_.beta1),
-                        float(cfg_.beta2),
-                        float(cfg_.eps),
-                        p.decay ? float(cfg_.weight_decay) : 0.f,
-                        grad_scale,
-                        step};
-    cpu::adamw_update(params.as<float>() + p.offset, grads.as<float>() + p.offset,
-                      m_.as<float>() + p.offset, v_.as<float>() + p.offset, p.numel(), hp);
+  TACO_CHECK(params.data == params_.data, "AdamW::update on another parameter buffer than bound");
+  TACO_CHECK(grads.dtype == dtype_ && grads.numel == layout_.total(),
+             "AdamW::update: gradients differ from the parameters' dtype or size");
+  for (const Range& r : ranges_) {
+    const cpu::AdamWParams hp{float(lr),
+                              float(cfg_.beta1),
+                              float(cfg_.beta2),
+                              float(cfg_.eps),
+                              r.decay ? float(cfg_.weight_decay) : 0.f,
+                              grad_scale,
+                              step};
+    float* m = m_.as<float>() + r.offset;
+    float* v = v_.as<float>() + r.offset;
+    if (dtype_ == DType::f32) {
+      cpu::adamw_update(params.as<float>() + r.offset, grads.as<float>() + r.offset, m, v, r.numel,
+                        hp);
+      continue;
+    }
+#if TACO_HAVE_CUDA
+    // Legacy default stream, in order with the model's ops; parameters rounded to nearest from
+    // the master (the master carries the small updates, so no stochastic rounding is needed).
+    cuda::adamw_update(params.as<bf16>() + r.offset, master_.as<float>() + r.offset,
+                       grads.as<bf16>() + r.offset, m, v, r.numel, hp, cuda::kRoundToNearest,
+                       nullptr);
+#endif
   }
 }
 

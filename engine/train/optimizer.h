@@ -1,7 +1,12 @@
-// AdamW over a rank's parameter buffer, one kernel call per named parameter so biases and
-// LayerNorm weights get no weight decay. On the CPU the fp32 parameters are the master weights;
-// with bf16 parameters (CUDA) the optimizer keeps fp32 master weights and writes bf16 copies.
+// AdamW over a rank's parameter buffer, one kernel call per run of consecutive parameters that
+// share a weight-decay setting (biases and LayerNorm parameters get none).
+//   CPU (fp32 parameters): the parameters are the weights; m and v are fp32.
+//   CUDA (bf16 parameters): fp32 master weights, m and v in the arena; each update reads the bf16
+//   gradients, updates the master and WRITES the bf16 parameters as the master rounded to nearest.
+// Use: plan(arena) before arena.allocate(); bind(arena, params); load_initial(host weights).
 #pragma once
+
+#include <vector>
 
 #include "engine/runtime/arena.h"
 #include "model/param_layout.h"
@@ -16,7 +21,12 @@ class AdamW {
  public:
   AdamW(const ParamLayout& layout, DType param_dtype, DeviceKind device, const AdamWConfig& cfg);
   void plan(Arena& arena);
+  // `params` is the model's parameter buffer (layout.total() elements of param_dtype).
   void bind(const Arena& arena, const Tensor& params);
+
+  // Sets the weights from layout.total() host floats: the parameters on the CPU; on CUDA the
+  // master weights, and the bf16 parameters as their round-to-nearest copies.
+  void load_initial(const float* host);
 
   // One update with learning rate `lr`, gradients multiplied by `grad_scale` first (clipping);
   // `step` is 1-based.
@@ -24,15 +34,22 @@ class AdamW {
 
   Tensor m() const { return m_; }
   Tensor v() const { return v_; }
-  Tensor master() const { return master_; }
+  Tensor master() const { return master_; }  // empty on the CPU
 
  private:
+  // Elements [offset, offset + numel) updated with one weight-decay setting.
+  struct Range {
+    size_t offset, numel;
+    bool decay;
+  };
+
   const ParamLayout& layout_;
   DType dtype_;
   DeviceKind device_;
   AdamWConfig cfg_;
+  std::vector<Range> ranges_;
   size_t h_m_ = 0, h_v_ = 0, h_master_ = 0;
-  Tensor m_, v_, master_;
+  Tensor params_, m_, v_, master_;
 };
 
 }  // namespace taco

@@ -10,4 +10,8 @@ namespace taco::bench {
 // taco-bench codec --cpu [--rows R] [--cols C] [--reps N] [--seed S] [--threads T] [--json FILE]
 int codec(const std::vector<std::string>& args);
 
+// taco-bench step [--model 124m|350m|1.3b] [--steps N] [--warmup N] [--batch B] [--per-kernel]
+//                 [--reps N] [--check] [--torch] [--torch-script PATH] [--seed S] [--json FILE]
+int step(const std::vector<std::string>& args);
+
 }  // namespace taco::bench

@@ -19,6 +19,11 @@ constexpr Subcommand kSubcommands[] = {
      "codec --cpu [--rows R] [--cols C] [--reps N] [--seed S] [--threads T] [--json FILE]\n"
      "      bytes/element, ratio vs bf16, relative and per-channel error and GB/s of every\n"
      "      codec on synthetic activations (DESIGN.md §4)"},
+    {"step", taco::bench::step,
+     "step [--model 124m|350m|1.3b] [--steps N] [--warmup N] [--batch B] [--per-kernel]\n"
+     "      [--reps N] [--check] [--torch] [--torch-script PATH] [--seed S] [--json FILE]\n"
+     "      one bf16 training step on one GPU: ms/step, tokens/s, MFU, memory; per-kernel\n"
+     "      breakdown; loss check; PyTorch eager and torch.compile on the same shapes"},
 };
 
 void usage(FILE* to) {

@@ -1,0 +1,514 @@
+// taco-bench step: one full bf16 training step of a GPT-2-family model on one GPU (Gpt + AdamW
+// + Arena on random tokens, no data files), timed with CUDA events:
+//   zero grads -> forward -> backward -> grad norm -> clip -> AdamW (fp32 master weights).
+// Prints ms/step, tokens/s, MFU (6N + 6LTd flops per token) against the datasheet's 989 TFLOP/s
+// and the ~790 TFLOP/s a bf16 GEMM measures on an H200, and device memory. Options:
+//   --per-kernel  every op family of the step timed alone, and the fused kernels that could
+//                 replace some of them (bench_step_kernels.cpp);
+//   --check       exits 1 unless the loss is finite, starts near ln(vocab) and falls (the batch
+//                 repeats, so a working step must start memorizing it);
+//   --torch       also runs tools/bench/pytorch_gpt2.py (eager and torch.compile) on the same
+//                 shapes and prints taco's speedup over each.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/check.h"
+#include "tools/bench/bench.h"
+
+#if TACO_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "engine/runtime/cuda_check.h"
+#include "engine/train/metrics.h"
+#include "kernels/gradnorm.h"
+#include "model/ops.h"
+#include "tools/bench/bench_step.h"
+#endif
+
+namespace taco::bench {
+namespace {
+
+constexpr double kPeakTflops = 989.0;      // H100/H200 SXM dense bf16, datasheet
+constexpr double kMeasuredTflops = 790.0;  // 8192^3 bf16 GEMM on random data, H200 (KINDS.md)
+
+struct Args {
+  std::string model = "124m";
+  int steps = 20;
+  int warmup = 5;
+  int batch = 0;  // 0: the model's default micro-batch
+  int reps = 10;  // per-kernel repetitions
+  uint64_t seed = 1234;
+  std::string json;
+  std::string torch_script;
+  bool torch = false, per_kernel = false, check = false;
+};
+
+Args parse_args(const std::vector<std::string>& a) {
+  Args r;
+  auto value = [&](size_t& i) -> const std::string& {
+    if (i + 1 >= a.size()) throw UserError(a[i] + ": missing value");
+    return a[++i];
+  };
+  auto count = [&](size_t& i, int min) {
+    const std::string key = a[i];
+    const std::string& v = value(i);
+    try {
+      size_t used = 0;
+      const long n = std::stol(v, &used);
+      if (used == v.size() && n >= min && n <= (1 << 20)) return int(n);
+    } catch (...) {
+    }
+    throw UserError(key + ": '" + v + "' is not an integer >= " + std::to_string(min));
+  };
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == "--model") {
+      r.model = value(i);
+    } else if (a[i] == "--steps") {
+      r.steps = count(i, 1);
+    } else if (a[i] == "--warmup") {
+      r.warmup = count(i, 0);
+    } else if (a[i] == "--batch") {
+      r.batch = count(i, 1);
+    } else if (a[i] == "--reps") {
+      r.reps = count(i, 1);
+    } else if (a[i] == "--seed") {
+      r.seed = uint64_t(count(i, 0));
+    } else if (a[i] == "--json") {
+      r.json = value(i);
+    } else if (a[i] == "--torch") {
+      r.torch = true;
+    } else if (a[i] == "--torch-script") {
+      r.torch_script = value(i);
+      r.torch = true;
+    } else if (a[i] == "--per-kernel") {
+      r.per_kernel = true;
+    } else if (a[i] == "--check") {
+      r.check = true;
+    } else {
+      throw UserError("unknown option '" + a[i] + "'; see taco-bench --help");
+    }
+  }
+  if (r.model != "124m" && r.model != "350m" && r.model != "1.3b")
+    throw UserError("--model: '" + r.model + "' is not one of 124m, 350m, 1.3b");
+  return r;
+}
+
+#if TACO_HAVE_CUDA
+
+using step_detail::KernelRow;
+using step_detail::Shape;
+using step_detail::StepRunner;
+
+Shape shape_of(const Args& a) {
+  Shape s;
+  if (a.model == "124m") s = {"gpt2-124m", 12, 768, 12, 1024, 16, 50257, 6e-4};
+  if (a.model == "350m") s = {"gpt2-350m", 24, 1024, 16, 1024, 16, 50257, 3e-4};
+  if (a.model == "1.3b") s = {"gpt-1.3b", 24, 2048, 16, 2048, 8, 50257, 2e-4};
+  if (a.batch > 0) s.batch = a.batch;
+  return s;
+}
+
+double median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  return x.empty() ? 0 : x[x.size() / 2];
+}
+
+struct StepResult {
+  double ms_mean = 0, ms_median = 0, ms_min = 0, ms_max = 0;
+  double tokens_per_s = 0, mfu_peak = 0, mfu_measured = 0;
+  double device_used_gib = 0, arena_gib = 0;
+  std::vector<double> losses;  // warmup and timed steps
+};
+
+// Warmup steps, then `steps` steps with a CUDA event between consecutive steps.
+StepResult run_steps(StepRunner& runner, const Args& a) {
+  StepResult r;
+  // The size's learning rate after a 5-step linear warmup.
+  auto lr = [&](int t) { return runner.shape().lr * std::min(1.0, t / 5.0); };
+  int t = 1;
+  for (int i = 0; i < a.warmup; ++i, ++t) r.losses.push_back(runner.step(t, lr(t)));
+  std::vector<cudaEvent_t> events(a.steps + 1);
+  for (auto& e : events) TACO_CHECK_CUDA(cudaEventCreate(&e));
+  TACO_CHECK_CUDA(cudaDeviceSynchronize());
+  TACO_CHECK_CUDA(cudaEventRecord(events[0], nullptr));
+  for (int i = 0; i < a.steps; ++i) {
+    r.losses.push_back(runner.step(t, lr(t)));
+    ++t;
+    TACO_CHECK_CUDA(cudaEventRecord(events[i + 1], nullptr));
+  }
+  TACO_CHECK_CUDA(cudaEventSynchronize(events[a.steps]));
+  std::vector<double> ms(a.steps);
+  for (int i = 0; i < a.steps; ++i) {
+    float x = 0;
+    TACO_CHECK_CUDA(cudaEventElapsedTime(&x, events[i], events[i + 1]));
+    ms[i] = x;
+  }
+  for (auto& e : events) TACO_CHECK_CUDA(cudaEventDestroy(e));
+  double total = 0;
+  for (double x : ms) total += x;
+  r.ms_mean = total / a.steps;
+  r.ms_median = median(ms);
+  r.ms_min = *std::min_element(ms.begin(), ms.end());
+  r.ms_max = *std::max_element(ms.begin(), ms.end());
+  r.tokens_per_s = runner.tokens_per_step() / (r.ms_mean / 1e3);
+  const double achieved = r.tokens_per_s * step_detail::flops_per_token(runner.dims()) / 1e12;
+  r.mfu_peak = achieved / kPeakTflops;
+  r.mfu_measured = achieved / kMeasuredTflops;
+  size_t free_bytes = 0, total_bytes = 0;
+  TACO_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // Nothing is freed during steps (one arena; kernel workspaces only grow), so what is in use
+  // now is the peak; it includes the CUDA context.
+  r.device_used_gib = double(total_bytes - free_bytes) / (1 << 30);
+  r.arena_gib = double(runner.arena_bytes()) / (1 << 30);
+  return r;
+}
+
+// --check: the step trains. Returns "" when it does, else what failed.
+std::string check_losses(const std::vector<double>& losses, int vocab) {
+  for (size_t i = 0; i < losses.size(); ++i)
+    if (!std::isfinite(losses[i])) return "loss is not finite at step " + std::to_string(i + 1);
+  if (losses.size() < 10) return "--check needs at least 10 steps (--warmup + --steps)";
+  // GPT-2 init predicts almost uniformly: the first loss is ln(vocab) to within a few tenths.
+  const double uniform = std::log(double(vocab));
+  if (std::fabs(losses[0] - uniform) > 1.0)
+    return "first loss " + std::to_string(losses[0]) +
+           " is not near ln(vocab) = " + std::to_string(uniform);
+  // The batch repeats: after 10+ AdamW steps the model has at least learned the batch's token
+  // frequencies (ln(50257) -> about ln(#distinct targets), over a nat for 16k tokens).
+  const size_t n = losses.size();
+  const double last3 = (losses[n - 1] + losses[n - 2] + losses[n - 3]) / 3;
+  if (!(last3 < losses[0] - 0.5))
+    return "loss did not fall: first " + std::to_string(losses[0]) + ", mean of the last 3 " +
+           std::to_string(last3) + " (expected at least 0.5 lower)";
+  return "";
+}
+
+void print_kernels(const std::vector<KernelRow>& rows, double step_ms) {
+  std::printf("\nper-kernel (each op family timed alone on the step's shapes, CUDA events)\n");
+  std::printf("%-9s %-44s %5s %9s %9s %6s %8s %8s\n", "phase", "op", "calls", "ms/call", "ms/step",
+              "%step", "TFLOP/s", "GB/s");
+  for (const KernelRow& r : rows) {
+    if (r.phase == "fused" || r.phase == "measured") continue;
+    const double per_step = r.calls * r.ms_per_call;
+    char tf[16] = "-", gb[16] = "-";
+    if (r.flops_per_call > 0)
+      std::snprintf(tf, sizeof tf, "%.0f", r.flops_per_call / (r.ms_per_call * 1e9));
+    if (r.bytes_per_call > 0)
+      std::snprintf(gb, sizeof gb, "%.0f", r.bytes_per_call / (r.ms_per_call * 1e6));
+    std::printf("%-9s %-44s %5d %9.4f %9.3f %5.1f%% %8s %8s\n", r.phase.c_str(), r.op.c_str(),
+                r.calls, r.ms_per_call, per_step, 100 * per_step / step_ms, tf, gb);
+  }
+  std::printf("\nmeasured in the step (the sum of its ops above vs the whole piece)\n");
+  for (const KernelRow& m : rows) {
+    if (m.phase != "measured") continue;
+    double sum = 0;
+    for (const KernelRow& r : rows)
+      if (r.phase == m.op) sum += r.calls * r.ms_per_call;
+    std::printf("  %-10s measured %8.3f ms, sum of its ops %8.3f ms, gaps %7.3f ms\n", m.op.c_str(),
+                m.ms_per_call, sum, m.ms_per_call - sum);
+  }
+  std::printf("\nfused kernels the model does not call yet (saving = calls x (unfused - fused))\n");
+  std::printf("%-40s %-44s %5s %9s %9s\n", "fused op", "replaces", "calls", "ms/call", "saves ms");
+  for (const KernelRow& f : rows) {
+    if (f.phase != "fused") continue;
+    double unfused = 0;
+    for (const KernelRow& r : rows)
+      if (r.phase != "fused" && r.phase != "measured" &&
+          f.replaces.find("|" + r.op + "|") != std::string::npos)
+        unfused += r.ms_per_call;
+    std::string shown = f.replaces.substr(1, f.replaces.size() - 2);
+    std::replace(shown.begin(), shown.end(), '|', '+');
+    std::printf("%-40s %-44s %5d %9.4f %9.3f\n", f.op.c_str(), shown.c_str(), f.calls,
+                f.ms_per_call, f.calls * (unfused - f.ms_per_call));
+  }
+}
+
+std::string kernels_json(const std::vector<KernelRow>& rows) {
+  std::string out = "[";
+  for (const KernelRow& r : rows) {
+    if (out.size() > 1) out += ",";
+    out += JsonRecord()
+               .add("phase", r.phase)
+               .add("op", r.op)
+               .add("calls", (long long)r.calls)
+               .add("ms_per_call", r.ms_per_call)
+               .add("flops_per_call", r.flops_per_call)
+               .add("bytes_per_call", r.bytes_per_call)
+               .add("replaces", r.replaces)
+               .str();
+  }
+  return out + "]";
+}
+
+// --- PyTorch reference --------------------------------------------------------------------
+
+std::string find_torch_script(const Args& a) {
+  namespace fs = std::filesystem;
+  if (!a.torch_script.empty()) {
+    if (!fs::exists(a.torch_script))
+      throw UserError("--torch-script " + a.torch_script + ": no such file");
+    return a.torch_script;
+  }
+  std::vector<fs::path> candidates = {"tools/bench/pytorch_gpt2.py"};
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path() / ".." / "tools/bench/pytorch_gpt2.py");
+  for (const fs::path& p : candidates)
+    if (fs::exists(p)) return p.string();
+  throw UserError(
+      "--torch: tools/bench/pytorch_gpt2.py not found from here; run from the repository root or "
+      "pass --torch-script PATH");
+}
+
+// The number after "key": in one JSON line (json.dumps spacing), NaN when absent.
+double json_field(const std::string& line, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  const size_t at = line.find(k);
+  if (at == std::string::npos) return NAN;
+  return std::strtod(line.c_str() + at + k.size(), nullptr);
+}
+
+struct TorchResult {
+  std::string variant, line;
+  double ms = NAN, tokens_per_s = NAN;
+};
+
+std::vector<TorchResult> run_torch(const Args& a, const Shape& s) {
+  // Options appended one by one (GCC 12 warns falsely on long literal + std::string chains).
+  std::string cmd = "python3 '";
+  cmd += find_torch_script(a);
+  cmd += "'";
+  auto option = [&](const char* key, double value) {
+    char text[64];
+    std::snprintf(text, sizeof text, " --%s %.10g", key, value);
+    cmd += text;
+  };
+  option("layers", s.layers);
+  option("d-model", s.d_model);
+  option("heads", s.heads);
+  option("seq-len", s.seq_len);
+  option("batch", s.batch);
+  option("vocab", s.vocab);
+  option("steps", a.steps);
+  option("warmup", std::max(a.warmup, 3));  // torch.compile compiles in the first steps
+  option("peak-tflops", kPeakTflops);
+  std::printf("\n$ %s\n", cmd.c_str());
+  std::fflush(stdout);
+  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
+  if (!pipe) throw Error("--torch: could not start python3", 1);
+  std::vector<TorchResult> results;
+  char buf[8192];
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    std::string line(buf);
+    std::fputs(line.c_str(), stdout);
+    if (line.rfind("{", 0) != 0 || line.find("\"impl\": \"torch\"") == std::string::npos) continue;
+    TorchResult r;
+    r.line = line.substr(0, line.find_last_not_of("\r\n") + 1);
+    r.variant = line.find("\"variant\": \"compile\"") != std::string::npos ? "compile" : "eager";
+    r.ms = json_field(line, "ms_per_step");
+    r.tokens_per_s = json_field(line, "tokens_per_s");
+    results.push_back(r);
+  }
+  const int status = pclose(pipe);
+  if (status != 0)
+    throw Error(
+        "--torch: " + cmd + " failed (status " + std::to_string(status) + "); its output is above",
+        1);
+  return results;
+}
+
+#endif  // TACO_HAVE_CUDA
+
+}  // namespace
+
+#if TACO_HAVE_CUDA
+
+namespace step_detail {
+
+double time_on_device(int reps, const std::function<void()>& f) {
+  f();
+  cudaEvent_t start, stop;
+  TACO_CHECK_CUDA(cudaEventCreate(&start));
+  TACO_CHECK_CUDA(cudaEventCreate(&stop));
+  TACO_CHECK_CUDA(cudaEventRecord(start, nullptr));
+  for (int i = 0; i < reps; ++i) f();
+  TACO_CHECK_CUDA(cudaEventRecord(stop, nullptr));
+  TACO_CHECK_CUDA(cudaEventSynchronize(stop));
+  float ms = 0;
+  TACO_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  TACO_CHECK_CUDA(cudaEventDestroy(start));
+  TACO_CHECK_CUDA(cudaEventDestroy(stop));
+  return ms / reps;
+}
+
+double flops_per_token(const GptDims& d) {
+  return 6.0 * double(d.num_params()) + 6.0 * d.n_layer * double(d.seq_len) * d.d_model;
+}
+
+StepRunner::StepRunner(const Shape& shape, uint64_t seed)
+    : shape_(shape),
+      dims_(GptDims::make(shape.layers, shape.heads, shape.d_model, shape.seq_len, shape.vocab, 1)),
+      layout_(dims_, LayoutSpec{1, 0, 0, shape.layers, true, true}),
+      arena_(DeviceKind::cuda),
+      model_(layout_, shape.batch, /*slots=*/1, DeviceKind::cuda, DType::bf16, nullptr),
+      optimizer_(layout_, DType::bf16, DeviceKind::cuda, AdamWConfig{}) {
+  model_.plan(arena_);
+  optimizer_.plan(arena_);
+  arena_.allocate();
+  model_.bind(arena_);
+  optimizer_.bind(arena_, model_.params());
+  std::vector<float> init(layout_.total());
+  init_params_gpt2(layout_, seed, init.data());
+  optimizer_.load_initial(init.data());
+  // One random sequence of T + 1 tokens per row: targets are the inputs shifted by one.
+  const int B = shape.batch, T = shape.seq_len;
+  std::mt19937_64 rng(seed + 1);
+  std::uniform_int_distribution<int32_t> pick(0, shape.vocab - 1);
+  inputs_.resize(size_t(B) * T);
+  targets_.resize(size_t(B) * T);
+  for (int b = 0; b < B; ++b) {
+    int32_t prev = pick(rng);
+    for (int t = 0; t < T; ++t) {
+      const int32_t next = pick(rng);
+      inputs_[size_t(b) * T + t] = prev;
+      targets_[size_t(b) * T + t] = next;
+      prev = next;
+    }
+  }
+}
+
+void StepRunner::zero_grads() { ops::zero(model_.grads()); }
+
+double StepRunner::forward() {
+  return model_.forward(inputs_.data(), targets_.data()) / tokens_per_step();
+}
+
+void StepRunner::backward() { model_.backward(float(1.0 / tokens_per_step())); }
+
+double StepRunner::grad_norm() { return std::sqrt(ops::sum_of_squares(model_.grads())); }
+
+void StepRunner::update(int t, double lr, double norm) {
+  optimizer_.update(model_.params(), model_.grads(), lr, clip_scale(norm, 1.0), t);
+}
+
+double StepRunner::step(int t, double lr) {
+  zero_grads();
+  const double loss = forward();
+  backward();
+  update(t, lr, grad_norm());
+  return loss;
+}
+
+}  // namespace step_detail
+
+int step(const std::vector<std::string>& args) {
+  const Args a = parse_args(args);
+  if (cuda_device_count() == 0)
+    throw UserError("no CUDA device found; taco-bench step needs one GPU");
+  const DeviceInfo device = select_device(true, 0);
+  const Shape shape = shape_of(a);
+
+  auto runner = std::make_unique<StepRunner>(shape, a.seed);
+  const GptDims d = runner->dims();  // a copy: the runner goes before the JSON is written
+  std::printf(
+      "taco-bench step: %s (L=%d d=%d H=%d T=%d B=%d, vocab %d->%d), %.1fM params, bf16 "
+      "weights + fp32 master/AdamW, on %s\n",
+      shape.name.c_str(), d.n_layer, d.d_model, d.n_head, d.seq_len, shape.batch, d.vocab_size,
+      d.padded_vocab, d.num_params() / 1e6, device.name.c_str());
+  std::printf("%d warmup + %d timed steps, %d tokens/step, %.3g flops/token (6N + 6LTd)\n",
+              a.warmup, a.steps, runner->tokens_per_step(), step_detail::flops_per_token(d));
+  std::fflush(stdout);
+
+  const StepResult r = run_steps(*runner, a);
+  std::printf("\n%-10s %10s %10s %10s %12s %9s %9s %10s %10s\n", "impl", "ms/step", "median", "min",
+              "tokens/s", "MFU@989", "MFU@790", "mem GiB", "arena GiB");
+  std::printf("%-10s %10.2f %10.2f %10.2f %12.0f %8.1f%% %8.1f%% %10.2f %10.2f\n", "taco",
+              r.ms_mean, r.ms_median, r.ms_min, r.tokens_per_s, 100 * r.mfu_peak,
+              100 * r.mfu_measured, r.device_used_gib, r.arena_gib);
+  std::printf("loss: first %.4f, last %.4f (one repeated batch, lr %.1e after a 5-step warmup)\n",
+              r.losses.front(), r.losses.back(), shape.lr);
+
+  std::vector<KernelRow> kernels;
+  if (a.per_kernel) {
+    kernels = step_detail::time_kernels(*runner, a.reps);
+    print_kernels(kernels, r.ms_mean);
+  }
+  std::string check_failure;
+  if (a.check) {
+    check_failure = check_losses(r.losses, shape.vocab);
+    std::printf("\ncheck: %s\n", check_failure.empty() ? "PASS (loss finite and falling)"
+                                                       : ("FAIL: " + check_failure).c_str());
+  }
+  runner.reset();  // frees the arena before PyTorch allocates
+
+  std::vector<TorchResult> torch;
+  if (a.torch) {
+    torch = run_torch(a, shape);
+    std::printf("\n%-16s %10s %12s %22s\n", "impl", "ms/step", "tokens/s", "taco speedup (tok/s)");
+    std::printf("%-16s %10.2f %12.0f %22s\n", "taco", r.ms_mean, r.tokens_per_s, "1.00x");
+    for (const TorchResult& t : torch) {
+      char ratio[32];
+      std::snprintf(ratio, sizeof ratio, "%.2fx", r.tokens_per_s / t.tokens_per_s);
+      std::printf("%-16s %10.2f %12.0f %22s\n", ("torch " + t.variant).c_str(), t.ms,
+                  t.tokens_per_s, ratio);
+    }
+  }
+
+  if (!a.json.empty()) {
+    JsonRecord rec;
+    rec.add("impl", std::string("taco"))
+        .add("model", shape.name)
+        .add("device", device.name)
+        .add("layers", (long long)d.n_layer)
+        .add("d_model", (long long)d.d_model)
+        .add("heads", (long long)d.n_head)
+        .add("seq_len", (long long)d.seq_len)
+        .add("batch", (long long)shape.batch)
+        .add("vocab", (long long)d.padded_vocab)
+        .add("params", (long long)d.num_params())
+        .add("steps", (long long)a.steps)
+        .add("ms_per_step", r.ms_mean)
+        .add("ms_median", r.ms_median)
+        .add("ms_min", r.ms_min)
+        .add("ms_max", r.ms_max)
+        .add("tokens_per_s", r.tokens_per_s)
+        .add("mfu", r.mfu_peak)
+        .add("mfu_vs_measured_790", r.mfu_measured)
+        .add("device_used_gib", r.device_used_gib)
+        .add("arena_gib", r.arena_gib)
+        .add("loss_first", r.losses.front())
+        .add("loss_last", r.losses.back());
+    if (a.check) rec.add("check", check_failure.empty() ? std::string("pass") : check_failure);
+    if (a.per_kernel) rec.add_raw("kernels", kernels_json(kernels));
+    if (a.torch) {
+      std::string arr = "[";
+      for (const TorchResult& t : torch) {
+        if (arr.size() > 1) arr += ",";
+        arr += t.line;
+      }
+      rec.add_raw("torch", arr + "]");
+    }
+    std::ofstream f(a.json);
+    if (!(f << rec.str() << "\n")) throw UserError("--json " + a.json + ": cannot write");
+    std::printf("\nwrote %s\n", a.json.c_str());
+  }
+  return check_failure.empty() ? 0 : 1;
+}
+
+#else  // !TACO_HAVE_CUDA
+
+int step(const std::vector<std::string>& args) {
+  parse_args(args);
+  throw UserError("this build has no CUDA backend; taco-bench step needs a CUDA build and a GPU");
+}
+
+#endif  // TACO_HAVE_CUDA
+
+}  // namespace taco::bench

@@ -1,0 +1,79 @@
+// Internal to `taco-bench step` (bench_step.cpp, bench_step_kernels.cpp): the model shapes, one
+// full bf16 training step on one GPU, and the per-kernel breakdown. CUDA builds only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/arena.h"
+#include "engine/train/optimizer.h"
+#include "model/gpt.h"
+#include "model/param_layout.h"
+
+namespace taco::bench::step_detail {
+
+// GPT-2 family shapes (the vocabulary is padded to 50304 by GptDims).
+struct Shape {
+  std::string name;
+  int layers, d_model, heads, seq_len, batch;
+  int vocab = 50257;
+  double lr;  // GPT-3 paper's learning rate for the size (used by --check)
+};
+
+// 6N + 6LTd (DESIGN.md §7): N parameters (padded vocabulary included), attention's causal
+// matmuls counted as 6LTd.
+double flops_per_token(const GptDims& dims);
+
+// The model, its optimizer and one batch of random tokens, all in one device arena. A step is
+// what the trainer does per optimizer step with one micro-batch:
+//   zero grads -> forward -> backward -> global grad norm (to the host) -> clip -> AdamW.
+class StepRunner {
+ public:
+  StepRunner(const Shape& shape, uint64_t seed);
+
+  // The whole step; `t` is the 1-based optimizer step. Returns the mean loss of the forward.
+  double step(int t, double lr);
+  // The step's pieces, for the breakdown (step() is exactly their sequence).
+  void zero_grads();
+  double forward();  // mean loss
+  void backward();
+  double grad_norm();
+  void update(int t, double lr, double norm);
+
+  const GptDims& dims() const { return dims_; }
+  const ParamLayout& layout() const { return layout_; }
+  const Shape& shape() const { return shape_; }
+  size_t arena_bytes() const { return arena_.total_bytes(); }
+  int tokens_per_step() const { return shape_.batch * shape_.seq_len; }
+
+ private:
+  Shape shape_;
+  GptDims dims_;
+  ParamLayout layout_;
+  Arena arena_;
+  Gpt model_;
+  AdamW optimizer_;
+  std::vector<int32_t> inputs_, targets_;
+};
+
+// One op family of the step, timed alone on the model's shapes.
+struct KernelRow {
+  std::string phase;  // forward | backward | optimizer | fused (an alternative, not in the step)
+  std::string op;
+  int calls = 0;              // per step
+  double ms_per_call = 0;     // mean over the timed repetitions
+  double flops_per_call = 0;  // 0 where the op is memory-bound
+  double bytes_per_call = 0;  // device memory moved at least once (0 where compute-bound)
+  std::string replaces;       // fused rows: the ops of the step this would replace
+};
+
+// Times every op family of one step (the calls model/gpt.cpp makes, through model/ops.h), the
+// optimizer pieces on `runner`, and the fused kernels that could replace some of them.
+std::vector<KernelRow> time_kernels(StepRunner& runner, int reps);
+
+// CUDA-event timing of `reps` runs of f after one untimed run: mean milliseconds per run.
+double time_on_device(int reps, const std::function<void()>& f);
+
+}  // namespace taco::bench::step_detail
