@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,13 +42,14 @@ struct Case {
   int n_layer, n_head, d_model, seq_len, batch, vocab;
 };
 
-std::string case_name(const testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
+std::string shape_name(const Case& c) {
   char name[96];
   std::snprintf(name, sizeof name, "L%d_heads%d_C%d_T%d_B%d_V%d", c.n_layer, c.n_head, c.d_model,
                 c.seq_len, c.batch, c.vocab);
   return name;
 }
+std::string case_name(const testing::TestParamInfo<Case>& info) { return shape_name(info.param); }
+void PrintTo(const Case& c, std::ostream* os) { *os << shape_name(c); }
 
 // One model with its optimizer on one device, loaded with `init`.
 class Replica {
