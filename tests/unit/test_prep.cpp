@@ -182,7 +182,7 @@ TEST(TacoPrep, BadInputExitsWithCode2AndOneLine) {
   expect_bad_input("--tokenizer byte --out " + dir + "/o " + dir + "/missing.txt",
                    dir + "/missing.txt");
   expect_bad_input("--tokenizer gpt2 --out " + dir + "/o " + dir + "/one.txt",
-                   "tokenizer 'gpt2' is not built yet");
+                   "--tokenizer gpt2 needs --bpe-dir");
   expect_bad_input("--tokenizer sentencepiece --out " + dir + "/o " + dir + "/one.txt",
                    "unknown tokenizer 'sentencepiece'");
   expect_bad_input("--tokenizer byte --out " + dir + "/o", "no INPUT");

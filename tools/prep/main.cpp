@@ -1,6 +1,7 @@
 // taco-prep: text files -> llm.c token shards (DESIGN.md §8).
 //
 //   taco-prep --tokenizer byte --out DIR [--val-every 20] [--shard-tokens 100000000] INPUT...
+//   taco-prep --tokenizer gpt2 --bpe-dir DIR --out DIR [...] INPUT...
 //
 // Document k of the corpus (files in sorted path order, documents in file order) goes to val when
 // k % val_every == 0, else to train, so the split is the same on every machine.
@@ -8,9 +9,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/data/bpe_tokenizer.h"
 #include "engine/data/byte_tokenizer.h"
 #include "kernels/check.h"
 #include "tools/prep/corpus.h"
@@ -20,12 +23,16 @@ namespace {
 
 const char* const kUsage =
     "usage: taco-prep --tokenizer byte --out DIR [--val-every N] [--shard-tokens N] INPUT...\n"
+    "       taco-prep --tokenizer gpt2 --bpe-dir DIR --out DIR [...] INPUT...\n"
     "\n"
     "Tokenizes text into llm.c token shards DIR/train_000000.bin ... and DIR/val_000000.bin ...\n"
     "\n"
     "  INPUT             a text file, or a directory whose regular files are read (not\n"
     "                    recursive; hidden files and fortune index files *.dat, *.u8 are skipped)\n"
-    "  --tokenizer NAME  byte: one token per byte, vocab 256 (gpt2 BPE is not built yet)\n"
+    "  --tokenizer NAME  byte: one token per byte, vocab 256\n"
+    "                    gpt2: GPT-2's BPE, vocab 50257 (set model.vocab_size: 50257)\n"
+    "  --bpe-dir DIR     gpt2 only: the folder holding encoder.json and vocab.bpe\n"
+    "                    (tools/fetch_bpe.sh puts them in .cache/gpt2-bpe)\n"
     "  --out DIR         output directory, created if missing; shards an earlier run left\n"
     "                    beyond this run's count are removed\n"
     "  --val-every N     document k goes to val when k % N == 0, else to train (default 20)\n"
@@ -34,11 +41,13 @@ const char* const kUsage =
     "  --help            this text\n"
     "\n"
     "Documents: in a fortune file (lines holding just \"%\" separate fortunes) each fortune is a\n"
-    "document and the \"%\" lines are dropped; any other file is one document. Every document\n"
-    "is followed by a \"\\n\" separator.\n";
+    "document and the \"%\" lines are dropped; any other file is one document. byte: every\n"
+    "document is followed by a \"\\n\" separator; gpt2: every document is preceded by\n"
+    "<|endoftext|> (50256), as in llm.c's GPT-2 shards.\n";
 
 struct Options {
   std::string tokenizer;
+  std::string bpe_dir;
   std::string out;
   int64_t val_every = 20;
   int64_t shard_tokens = 100000000;
@@ -78,13 +87,15 @@ Options parse_options(int argc, char** argv) {
     if (const size_t eq = arg.find('='); eq != std::string::npos) {
       name = arg.substr(0, eq);
       value = arg.substr(eq + 1);
-    } else if (name == "--tokenizer" || name == "--out" || name == "--val-every" ||
-               name == "--shard-tokens") {
+    } else if (name == "--tokenizer" || name == "--bpe-dir" || name == "--out" ||
+               name == "--val-every" || name == "--shard-tokens") {
       if (i + 1 == argc) throw taco::UserError(name + " needs a value (--help for usage)");
       value = argv[++i];
     }
     if (name == "--tokenizer") {
       o.tokenizer = value;
+    } else if (name == "--bpe-dir") {
+      o.bpe_dir = value;
     } else if (name == "--out") {
       o.out = value;
     } else if (name == "--val-every") {
@@ -99,18 +110,60 @@ Options parse_options(int argc, char** argv) {
 }
 
 void check_options(const Options& o) {
-  if (o.tokenizer.empty()) throw taco::UserError("--tokenizer is required: use --tokenizer byte");
-  if (o.tokenizer == "gpt2") {
-    throw taco::UserError("tokenizer 'gpt2' is not built yet; use --tokenizer byte");
+  if (o.tokenizer.empty()) {
+    throw taco::UserError("--tokenizer is required: use --tokenizer byte or --tokenizer gpt2");
   }
-  if (o.tokenizer != "byte") {
-    throw taco::UserError("unknown tokenizer '" + o.tokenizer + "'; use --tokenizer byte");
+  if (o.tokenizer != "byte" && o.tokenizer != "gpt2") {
+    throw taco::UserError("unknown tokenizer '" + o.tokenizer + "'; use byte or gpt2");
+  }
+  if (o.tokenizer == "gpt2" && o.bpe_dir.empty()) {
+    throw taco::UserError(
+        "--tokenizer gpt2 needs --bpe-dir DIR, the folder with encoder.json and vocab.bpe "
+        "(tools/fetch_bpe.sh puts them in .cache/gpt2-bpe)");
+  }
+  if (o.tokenizer == "byte" && !o.bpe_dir.empty()) {
+    throw taco::UserError("--bpe-dir is for --tokenizer gpt2 only; drop it or use gpt2");
   }
   if (o.out.empty()) throw taco::UserError("--out DIR is required (where the shards go)");
   if (o.inputs.empty()) {
     throw taco::UserError("no INPUT given: name text files or directories (--help for usage)");
   }
 }
+
+// The chosen tokenizer, with its document separator.
+class DocumentTokenizer {
+ public:
+  explicit DocumentTokenizer(const Options& o) {
+    if (o.tokenizer != "gpt2") return;
+    bpe_.emplace(taco::BpeTokenizer::from_dir(o.bpe_dir));
+    if (bpe_->eot_id() < 0) {
+      throw taco::UserError(o.bpe_dir +
+                            "/encoder.json: no <|endoftext|> token to separate "
+                            "documents; use GPT-2's files (tools/fetch_bpe.sh)");
+    }
+  }
+
+  // Replaces `tokens` with the document's tokens and its separator.
+  void document(std::string_view doc, std::vector<uint16_t>& tokens) {
+    tokens.clear();
+    if (!bpe_) {
+      byte_.encode(doc, tokens);
+      byte_.encode("\n", tokens);
+      return;
+    }
+    tokens.push_back(static_cast<uint16_t>(bpe_->eot_id()));
+    bpe_->encode(doc, tokens);
+  }
+
+  std::string describe() const {
+    if (!bpe_) return "byte tokenizer (vocab " + std::to_string(byte_.vocab_size()) + ")";
+    return "gpt2 tokenizer (vocab " + std::to_string(bpe_->vocab_size()) + ")";
+  }
+
+ private:
+  taco::ByteTokenizer byte_;
+  std::optional<taco::BpeTokenizer> bpe_;
+};
 
 void print_split(const taco::prep::SplitWriter& w, const char* name) {
   std::printf("%s: %zu documents, %zu tokens, %zu shard%s", name, w.documents(), w.tokens(),
@@ -130,6 +183,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   check_options(o);
+  DocumentTokenizer tokenizer(o);  // a bad --bpe-dir fails before anything is written
   const taco::prep::InputFiles inputs = taco::prep::list_input_files(o.inputs);
   if (inputs.files.empty()) {
     throw taco::UserError("no input files: the directories given hold no regular text files (" +
@@ -139,7 +193,6 @@ int run(int argc, char** argv) {
   std::filesystem::create_directories(o.out, ec);
   if (ec) throw taco::UserError(o.out + ": cannot create output directory (" + ec.message() + ")");
 
-  const taco::ByteTokenizer tokenizer;
   taco::prep::SplitWriter train(o.out, "train", size_t(o.shard_tokens));
   taco::prep::SplitWriter val(o.out, "val", size_t(o.shard_tokens));
   int64_t k = 0;
@@ -147,9 +200,7 @@ int run(int argc, char** argv) {
   for (const auto& path : inputs.files) {
     const std::string text = taco::prep::read_text_file(path);
     for (std::string_view doc : taco::prep::split_documents(text)) {
-      tokens.clear();
-      tokenizer.encode(doc, tokens);
-      tokenizer.encode("\n", tokens);
+      tokenizer.document(doc, tokens);
       (k++ % o.val_every == 0 ? val : train).add_document(tokens);
     }
   }
@@ -166,9 +217,8 @@ int run(int argc, char** argv) {
   const size_t stale = taco::prep::remove_stale_shards(o.out, "train", train.shards()) +
                        taco::prep::remove_stale_shards(o.out, "val", val.shards());
 
-  std::printf("taco-prep: %zu files (%zu skipped), %lld documents, byte tokenizer (vocab %d)\n",
-              inputs.files.size(), inputs.skipped, static_cast<long long>(k),
-              tokenizer.vocab_size());
+  std::printf("taco-prep: %zu files (%zu skipped), %lld documents, %s\n", inputs.files.size(),
+              inputs.skipped, static_cast<long long>(k), tokenizer.describe().c_str());
   print_split(train, "train");
   print_split(val, "val");
   if (stale > 0)
