@@ -1,5 +1,7 @@
 #include "model/gpt.h"
 
+#include <algorithm>
+
 #include "kernels/check.h"
 #include "model/ops.h"
 
@@ -9,9 +11,10 @@ namespace {
 // Row statistics (LayerNorm mean/rstd, cross-entropy pieces, losses) stay in fp32 when the
 // activations are bf16.
 DType stat_dtype(DType dtype) { return dtype == DType::bf16 ? DType::f32 : dtype; }
+std::string block(int l) { return "h" + std::to_string(l) + "."; }
 }  // namespace
 
-Gpt::Gpt(const ParamLayout& layout, int micro_batch, DeviceKind device, DType dtype,
+Gpt::Gpt(const ParamLayout& layout, int micro_batch, int slots, DeviceKind device, DType dtype,
          TensorParallel* tp)
     : layout_(layout),
       d_(layout.dims()),
@@ -24,15 +27,15 @@ Gpt::Gpt(const ParamLayout& layout, int micro_batch, DeviceKind device, DType dt
       tp_(tp ? tp : &no_tp_) {
   const int tpn = layout.spec().tp;
   TACO_CHECK(tp_->size() == tpn, "TensorParallel size differs from the layout's tp");
+  TACO_CHECK(slots >= 1, "at least one activation slot");
+  sp_ = tp_->sequence_parallel();
   NH_local_ = d_.n_head / tpn;
   C_local_ = C_ / tpn;
   V_local_ = d_.padded_vocab / tpn;
-  acts_.resize(layout.spec().layer_end - layout.spec().layer_begin);
-}
-
-Tensor Gpt::reserve_act(Arena& arena, const std::string& name, size_t numel, DType dtype) {
-  handles_.push_back(arena.reserve(name, dtype, numel));
-  return Tensor{};
+  Nr_ = sp_ ? N_ / tpn : N_;
+  TACO_CHECK(!sp_ || N_ % tpn == 0, "sequence parallelism needs B*T divisible by tp");
+  slots_.resize(slots);
+  for (auto& s : slots_) s.layers.resize(layout.spec().layer_end - layout.spec().layer_begin);
 }
 
 void Gpt::plan(Arena& arena) {
@@ -40,44 +43,54 @@ void Gpt::plan(Arena& arena) {
   handles_.clear();
   bound_.clear();
   auto want = [&](Tensor& t, const std::string& name, size_t numel, DType dt) {
-    reserve_act(arena, name, numel, dt);
+    handles_.push_back(arena.reserve(name, dt, numel));
     bound_.push_back(&t);
   };
   const DType st = stat_dtype(dtype_);
-  const size_t N = N_, C = C_, Cl = C_local_;
+  const size_t N = N_, Nr = Nr_, C = C_, Cl = C_local_;
+  const LayoutSpec& spec = layout_.spec();
   want(params_, "params", layout_.total(), dtype_);
   want(grads_, "grads", layout_.total(), dtype_);
-  for (size_t i = 0; i < acts_.size(); ++i) {
-    LayerActs& a = acts_[i];
-    std::string p = "h" + std::to_string(layout_.spec().layer_begin + i) + ".";
-    want(a.resid, p + "resid", N * C, dtype_);
-    want(a.ln1, p + "ln1", N * C, dtype_);
-    want(a.ln1_mean, p + "ln1_mean", N, st);
-    want(a.ln1_rstd, p + "ln1_rstd", N, st);
-    want(a.qkv, p + "qkv", N * 3 * Cl, dtype_);
-    want(a.atty, p + "atty", N * Cl, dtype_);
-    want(a.att_saved, p + "att_saved", ops::attention_saved_numel(device_, B_, T_, NH_local_),
-         device_ == DeviceKind::cuda ? DType::f32 : dtype_);
-    want(a.resid2, p + "resid2", N * C, dtype_);
-    want(a.ln2, p + "ln2", N * C, dtype_);
-    want(a.ln2_mean, p + "ln2_mean", N, st);
-    want(a.ln2_rstd, p + "ln2_rstd", N, st);
-    want(a.fch, p + "fch", N * 4 * Cl, dtype_);
-    want(a.fch_gelu, p + "fch_gelu", N * 4 * Cl, dtype_);
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    SlotActs& s = slots_[k];
+    const std::string sk = "slot" + std::to_string(k) + ".";
+    want(s.tokens, sk + "tokens", N, DType::i32);
+    want(s.targets, sk + "targets", N, DType::i32);
+    want(s.resid_final, sk + "resid_final", Nr * C, dtype_);
+    for (size_t i = 0; i < s.layers.size(); ++i) {
+      LayerActs& a = s.layers[i];
+      const std::string p = sk + block(spec.layer_begin + int(i));
+      want(a.resid, p + "resid", Nr * C, dtype_);
+      want(a.ln1, p + "ln1", N * C, dtype_);
+      want(a.ln1_mean, p + "ln1_mean", Nr, st);
+      want(a.ln1_rstd, p + "ln1_rstd", Nr, st);
+      want(a.qkv, p + "qkv", N * 3 * Cl, dtype_);
+      want(a.atty, p + "atty", N * Cl, dtype_);
+      want(a.att_saved, p + "att_saved", ops::attention_saved_numel(device_, B_, T_, NH_local_),
+           device_ == DeviceKind::cuda ? DType::f32 : dtype_);
+      want(a.resid2, p + "resid2", Nr * C, dtype_);
+      want(a.ln2, p + "ln2", N * C, dtype_);
+      want(a.ln2_mean, p + "ln2_mean", Nr, st);
+      want(a.ln2_rstd, p + "ln2_rstd", Nr, st);
+      want(a.fch, p + "fch", N * 4 * Cl, dtype_);
+      want(a.fch_gelu, p + "fch_gelu", N * 4 * Cl, dtype_);
+    }
   }
-  want(tokens_, "tokens", N, DType::i32);
-  want(targets_, "targets", N, DType::i32);
-  want(resid_final_, "resid_final", N * C, dtype_);
-  want(lnf_, "lnf", N * C, dtype_);
-  want(lnf_mean_, "lnf_mean", N, st);
-  want(lnf_rstd_, "lnf_rstd", N, st);
-  want(logits_, "logits", N * size_t(V_local_), dtype_);
-  want(ce_max_, "ce_max", N, st);
-  want(ce_sumexp_, "ce_sumexp", N, st);
-  want(ce_target_, "ce_target", N, st);
-  want(losses_, "losses", N, st);
-  want(dresid_, "dresid", N * C, dtype_);
-  want(dln_, "dln", N * C, dtype_);
+  if (spec.has_head) {
+    want(lnf_, "lnf", Nr * C, dtype_);
+    if (sp_) want(lnf_full_, "lnf_full", N * C, dtype_);
+    want(lnf_mean_, "lnf_mean", Nr, st);
+    want(lnf_rstd_, "lnf_rstd", Nr, st);
+    want(logits_, "logits", N * size_t(V_local_), dtype_);
+    want(ce_max_, "ce_max", N, st);
+    want(ce_sumexp_, "ce_sumexp", N, st);
+    want(ce_target_, "ce_target", N, st);
+    want(losses_, "losses", N, st);
+  }
+  want(dresid_, "dresid", Nr * C, dtype_);
+  want(full_a_, "full_a", N * C, dtype_);
+  want(full_b_, "full_b", N * C, dtype_);
+  if (sp_) want(shard_, "shard", Nr * C, dtype_);
   want(dqkv_, "dqkv", N * 3 * Cl, dtype_);
   want(datty_, "datty", N * Cl, dtype_);
   want(dfch_, "dfch", N * 4 * Cl, dtype_);
@@ -88,137 +101,259 @@ void Gpt::plan(Arena& arena) {
 
 void Gpt::bind(const Arena& arena) {
   for (size_t i = 0; i < bound_.size(); ++i) *bound_[i] = arena.get(handles_[i]);
+  if (!sp_) lnf_full_ = lnf_;
+}
+
+std::vector<const ParamInfo*> Gpt::sequence_parallel_grads() const {
+  std::vector<const ParamInfo*> out;
+  if (!sp_) return out;
+  for (const ParamInfo& p : layout_.params()) {
+    const std::string& n = p.name;
+    const bool layernorm = n.find("ln1_") != std::string::npos ||
+                           n.find("ln2_") != std::string::npos || n.rfind("lnf_", 0) == 0;
+    if (layernorm || n == "wpe") out.push_back(&p);
+  }
+  return out;
+}
+
+Tensor Gpt::stage_input(int slot) const {
+  const SlotActs& s = slots_[slot];
+  return s.layers.empty() ? s.resid_final : s.layers[0].resid;
+}
+
+Tensor Gpt::stage_output(int slot) const { return slots_[slot].resid_final; }
+
+void Gpt::set_batch(int slot, const int32_t* inputs, const int32_t* targets) {
+  SlotActs& s = slots_[slot];
+  if (inputs) device_copy(s.tokens.data, inputs, N_ * sizeof(int32_t), device_, DeviceKind::cpu);
+  if (targets) device_copy(s.targets.data, targets, N_ * sizeof(int32_t), device_, DeviceKind::cpu);
 }
 
 double Gpt::forward(const int32_t* inputs, const int32_t* targets) {
-  const LayoutSpec& spec = layout_.spec();
-  TACO_CHECK(spec.has_embedding && spec.has_head, "pipeline stages run through the schedule");
-  const int vocab_start = tp_->rank() * V_local_;
-  const ParamInfo& wte = layout_.get("wte");
-  device_copy(tokens_.data, inputs, N_ * sizeof(int32_t), device_, DeviceKind::cpu);
-  device_copy(targets_.data, targets, N_ * sizeof(int32_t), device_, DeviceKind::cpu);
+  set_batch(0, inputs, targets);
+  return forward_stage(0);
+}
 
-  // Embedding: vocab-parallel token rows, summed over tp, then positions.
-  Tensor x0 = acts_.empty() ? resid_final_ : acts_[0].resid;
-  ops::token_embedding_forward(x0, tokens_, param(wte), N_, C_, vocab_start, wte.valid_rows);
-  tp_->reduce_from_tp_region_forward(x0, N_, "embed.fwd", -1);
-  ops::position_embedding_forward(x0, param("wpe"), B_, T_, C_);
+void Gpt::backward(float dloss) { backward_stage(0, dloss); }
 
-  for (size_t i = 0; i < acts_.size(); ++i) {
-    const Tensor& x_out = i + 1 < acts_.size() ? acts_[i + 1].resid : resid_final_;
-    forward_block(int(i), acts_[i].resid, x_out);
+double Gpt::forward_stage(int slot) {
+  SlotActs& s = slots_[slot];
+  if (layout_.spec().has_embedding) forward_embedding(s);
+  for (size_t i = 0; i < s.layers.size(); ++i) forward_block(s, int(i));
+  return layout_.spec().has_head ? forward_head(s) : 0.0;
+}
+
+void Gpt::backward_stage(int slot, float dloss) {
+  SlotActs& s = slots_[slot];
+  if (layout_.spec().has_head) backward_head(s, dloss);
+  for (int i = int(s.layers.size()) - 1; i >= 0; --i) backward_block(s, i);
+  if (layout_.spec().has_embedding) backward_embedding(s);
+}
+
+void Gpt::add_positions(const Tensor& x, int row0, int rows) {
+  // Split the rows at sequence boundaries: row r holds position r % T.
+  const Tensor wpe = param("wpe");
+  for (int r = row0; r < row0 + rows;) {
+    const int t0 = r % T_, len = std::min(T_ - t0, row0 + rows - r);
+    ops::position_embedding_forward(x.slice(size_t(r - row0) * C_, size_t(len) * C_),
+                                    wpe.slice(size_t(t0) * C_, size_t(len) * C_), 1, len, C_);
+    r += len;
   }
+}
 
-  // Final LayerNorm, tied head, vocab-parallel cross-entropy.
-  ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, resid_final_, param("lnf_w"), param("lnf_b"),
-                         N_, C_);
-  tp_->copy_to_tp_region_forward(lnf_, N_, "head.in.fwd", -1);
-  ops::matmul_forward(logits_, lnf_, param(wte), Tensor{}, N_, C_, V_local_);
+void Gpt::add_position_grads(const Tensor& dx, int row0, int rows) {
+  const Tensor dwpe = grad("wpe");
+  for (int r = row0; r < row0 + rows;) {
+    const int t0 = r % T_, len = std::min(T_ - t0, row0 + rows - r);
+    ops::position_embedding_backward(dwpe.slice(size_t(t0) * C_, size_t(len) * C_),
+                                     dx.slice(size_t(r - row0) * C_, size_t(len) * C_), 1, len, C_);
+    r += len;
+  }
+}
+
+// Embedding: vocab-parallel token rows summed over tp (SP: reduce-scattered to this rank's token
+// rows), then the positions of those rows.
+void Gpt::forward_embedding(SlotActs& s) {
+  const ParamInfo& wte = layout_.get("wte");
+  const int vocab_start = tp_->rank() * V_local_;
+  const Tensor x0 = stage_input(int(&s - slots_.data()));
+  const Tensor tok = sp_ ? full_a_ : x0;
+  ops::token_embedding_forward(tok, s.tokens, param(wte), N_, C_, vocab_start, wte.valid_rows);
+  if (sp_)
+    tp_->reduce_scatter_to_sp_region_forward(full_a_, x0, N_, "embed.fwd", -1);
+  else
+    tp_->reduce_from_tp_region_forward(x0, N_, "embed.fwd", -1);
+  add_positions(x0, first_row(), Nr_);
+}
+
+void Gpt::backward_embedding(SlotActs& s) {
+  const ParamInfo& wte = layout_.get("wte");
+  const int vocab_start = tp_->rank() * V_local_;
+  add_position_grads(dresid_, first_row(), Nr_);
+  Tensor dtok = dresid_;
+  if (sp_) {
+    tp_->reduce_scatter_to_sp_region_backward(dresid_, full_a_, N_, "embed.bwd", -1);
+    dtok = full_a_;
+  } else {
+    tp_->reduce_from_tp_region_backward(dresid_, N_, "embed.bwd", -1);
+  }
+  ops::token_embedding_backward(grad(wte), dtok, s.tokens, N_, C_, vocab_start, wte.valid_rows);
+}
+
+void Gpt::forward_block(SlotActs& s, int i) {
+  const int l = layout_.spec().layer_begin + i;
+  const std::string h = block(l);
+  LayerActs& a = s.layers[i];
+  const Tensor& x = a.resid;
+  const Tensor& x_out = size_t(i) + 1 < s.layers.size() ? s.layers[i + 1].resid : s.resid_final;
+  const int N = N_, Nr = Nr_, C = C_, Cl = C_local_;
+  const bool tp1 = tp_->size() == 1;
+
+  // LN -> (SP: all-gather rows) -> column-parallel matmul input.
+  auto norm_into = [&](const Tensor& ln, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                       const char* ln_name, const char* site) {
+    const Tensor out = sp_ ? shard_ : ln;
+    ops::layernorm_forward(out, mean, rstd, inp, param(h + ln_name + "_w"),
+                           param(h + ln_name + "_b"), Nr, C);
+    if (sp_)
+      tp_->gather_from_sp_region_forward(shard_, ln, N, site, l);
+    else
+      tp_->copy_to_tp_region_forward(ln, N, site, l);
+  };
+  // Row-parallel matmul partial sums -> all-reduce (SP: reduce-scatter) -> bias -> residual.
+  auto reduce_into = [&](const Tensor& partial, const std::string& bias, const Tensor& resid_in,
+                         const Tensor& resid_out, const char* site) {
+    Tensor reduced = partial;
+    if (sp_) {
+      tp_->reduce_scatter_to_sp_region_forward(partial, shard_, N, site, l);
+      reduced = shard_;
+    } else {
+      tp_->reduce_from_tp_region_forward(partial, N, site, l);
+    }
+    if (!tp1) ops::bias_add(reduced, param(bias), Nr, C);
+    ops::residual_forward(resid_out, resid_in, reduced);
+  };
+
+  // Attention: x2 = x + proj(attention(qkv(LN1(x)))).
+  norm_into(a.ln1, a.ln1_mean, a.ln1_rstd, x, "ln1", "attn.in.fwd");
+  ops::matmul_forward(a.qkv, a.ln1, param(h + "qkv_w"), param(h + "qkv_b"), N, C, 3 * Cl);
+  ops::attention_forward(a.atty, a.att_saved, a.qkv, B_, T_, Cl, NH_local_);
+  // With tp > 1 the row-parallel bias joins once, after the partial sums are reduced.
+  ops::matmul_forward(full_a_, a.atty, param(h + "proj_w"), tp1 ? param(h + "proj_b") : Tensor{}, N,
+                      Cl, C);
+  reduce_into(full_a_, h + "proj_b", x, a.resid2, "attn.out.fwd");
+
+  // MLP: x_out = x2 + fc2(gelu(fc(LN2(x2)))).
+  norm_into(a.ln2, a.ln2_mean, a.ln2_rstd, a.resid2, "ln2", "mlp.in.fwd");
+  ops::matmul_forward(a.fch, a.ln2, param(h + "fc_w"), param(h + "fc_b"), N, C, 4 * Cl);
+  ops::gelu_forward(a.fch_gelu, a.fch);
+  ops::matmul_forward(full_a_, a.fch_gelu, param(h + "fc2_w"), tp1 ? param(h + "fc2_b") : Tensor{},
+                      N, 4 * Cl, C);
+  reduce_into(full_a_, h + "fc2_b", a.resid2, x_out, "mlp.out.fwd");
+}
+
+void Gpt::backward_block(SlotActs& s, int i) {
+  const int l = layout_.spec().layer_begin + i;
+  const std::string h = block(l);
+  LayerActs& a = s.layers[i];
+  const int N = N_, Nr = Nr_, C = C_, Cl = C_local_;
+
+  // d(residual) -> the full-row gradient of a row-parallel output (SP: all-gather rows).
+  auto output_grad = [&](const char* site) {
+    if (!sp_) {
+      tp_->reduce_from_tp_region_backward(dresid_, N, site, l);
+      return dresid_;
+    }
+    tp_->reduce_scatter_to_sp_region_backward(dresid_, full_a_, N, site, l);
+    return full_a_;
+  };
+  // d(matmul input) partial sums -> all-reduce (SP: reduce-scatter) -> LN backward into dresid.
+  auto norm_backward = [&](const Tensor& inp, const Tensor& mean, const Tensor& rstd,
+                           const char* ln_name, const char* site) {
+    Tensor dln = full_b_;
+    if (sp_) {
+      tp_->gather_from_sp_region_backward(full_b_, shard_, N, site, l);
+      dln = shard_;
+    } else {
+      tp_->copy_to_tp_region_backward(full_b_, N, site, l);
+    }
+    ops::layernorm_backward(dresid_, grad(h + ln_name + "_w"), grad(h + ln_name + "_b"), dln, inp,
+                            param(h + ln_name + "_w"), mean, rstd, Nr, C);
+  };
+
+  // MLP: dresid = d(x_out) flows unchanged into d(x2) and into the fc2 output. The fc2 bias
+  // gradient is summed over every token row, so it is complete on every tp rank.
+  Tensor dout = output_grad("mlp.out.bwd");
+  ops::matmul_backward(dfch_gelu_, grad(h + "fc2_w"), grad(h + "fc2_b"), dout, a.fch_gelu,
+                       param(h + "fc2_w"), N, 4 * Cl, C);
+  ops::gelu_backward(dfch_, a.fch, dfch_gelu_);
+  ops::matmul_backward(full_b_, grad(h + "fc_w"), grad(h + "fc_b"), dfch_, a.ln2, param(h + "fc_w"),
+                       N, C, 4 * Cl);
+  norm_backward(a.resid2, a.ln2_mean, a.ln2_rstd, "ln2", "mlp.in.bwd");
+
+  // Attention: dresid = d(x2) flows into d(x) and into the projection output.
+  dout = output_grad("attn.out.bwd");
+  ops::matmul_backward(datty_, grad(h + "proj_w"), grad(h + "proj_b"), dout, a.atty,
+                       param(h + "proj_w"), N, Cl, C);
+  ops::attention_backward(dqkv_, datty_, a.qkv, a.atty, a.att_saved, attn_scratch_, B_, T_, Cl,
+                          NH_local_);
+  ops::matmul_backward(full_b_, grad(h + "qkv_w"), grad(h + "qkv_b"), dqkv_, a.ln1,
+                       param(h + "qkv_w"), N, C, 3 * Cl);
+  norm_backward(a.resid, a.ln1_mean, a.ln1_rstd, "ln1", "attn.in.bwd");
+}
+
+// Final LayerNorm, tied head (vocab-parallel logits), vocab-parallel cross-entropy: the logits
+// are never gathered; only per-row max, sum-exp and target logit are reduced over tp.
+double Gpt::forward_head(SlotActs& s) {
+  const ParamInfo& wte = layout_.get("wte");
+  const int vocab_start = tp_->rank() * V_local_;
+  ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, s.resid_final, param("lnf_w"), param("lnf_b"),
+                         Nr_, C_);
+  if (sp_)
+    tp_->gather_from_sp_region_forward(lnf_, lnf_full_, N_, "head.in.fwd", -1);
+  else
+    tp_->copy_to_tp_region_forward(lnf_, N_, "head.in.fwd", -1);
+  ops::matmul_forward(logits_, lnf_full_, param(wte), Tensor{}, N_, C_, V_local_);
   ops::crossentropy_row_max(ce_max_, logits_, N_, V_local_, wte.valid_rows);
   tp_->all_reduce_max(ce_max_);
-  ops::crossentropy_sumexp_target(ce_sumexp_, ce_target_, logits_, ce_max_, targets_, N_, V_local_,
+  ops::crossentropy_sumexp_target(ce_sumexp_, ce_target_, logits_, ce_max_, s.targets, N_, V_local_,
                                   wte.valid_rows, vocab_start);
   tp_->all_reduce_sum(ce_sumexp_);
   tp_->all_reduce_sum(ce_target_);
   ops::crossentropy_loss(losses_, ce_max_, ce_sumexp_, ce_target_, N_);
 
   // Sum the per-token losses on the host, in double.
-  const size_t es = dtype_size(losses_.dtype);
-  host_losses_.resize(N_ * es / sizeof(float));
-  device_copy(host_losses_.data(), losses_.data, N_ * es, DeviceKind::cpu, device_);
-  double sum = 0;
+  host_losses_.resize(N_);
   if (losses_.dtype == DType::f64) {
-    const double* l = reinterpret_cast<const double*>(host_losses_.data());
-    for (int i = 0; i < N_; ++i) sum += l[i];
+    device_copy(host_losses_.data(), losses_.data, N_ * sizeof(double), DeviceKind::cpu, device_);
   } else {
-    for (int i = 0; i < N_; ++i) sum += host_losses_[i];
+    std::vector<float> f(N_);
+    device_copy(f.data(), losses_.data, N_ * sizeof(float), DeviceKind::cpu, device_);
+    std::copy(f.begin(), f.end(), host_losses_.begin());
   }
+  double sum = 0;
+  for (double x : host_losses_) sum += x;
   return sum;
 }
 
-void Gpt::forward_block(int i, const Tensor& x, const Tensor& x_out) {
-  const int l = layout_.spec().layer_begin + i;
-  const std::string h = "h" + std::to_string(l) + ".";
-  LayerActs& a = acts_[i];
-  const int N = N_, C = C_, Cl = C_local_;
-  const bool tp1 = tp_->size() == 1;
-
-  // Attention: x2 = x + proj(attention(qkv(LN1(x)))).
-  ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, param(h + "ln1_w"), param(h + "ln1_b"),
-                         N, C);
-  tp_->copy_to_tp_region_forward(a.ln1, N, "attn.in.fwd", l);
-  ops::matmul_forward(a.qkv, a.ln1, param(h + "qkv_w"), param(h + "qkv_b"), N, C, 3 * Cl);
-  ops::attention_forward(a.atty, a.att_saved, a.qkv, B_, T_, Cl, NH_local_);
-  // Row-parallel projection: the bias joins once, after the partial sums are reduced.
-  Tensor proj = dln_;  // scratch [N, C], free during forward
-  ops::matmul_forward(proj, a.atty, param(h + "proj_w"), tp1 ? param(h + "proj_b") : Tensor{}, N,
-                      Cl, C);
-  tp_->reduce_from_tp_region_forward(proj, N, "attn.out.fwd", l);
-  TACO_CHECK(tp1, "tp > 1 bias add comes with the parallel runtime");
-  ops::residual_forward(a.resid2, x, proj);
-
-  // MLP: x_out = x2 + fc2(gelu(fc(LN2(x2)))).
-  ops::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.resid2, param(h + "ln2_w"),
-                         param(h + "ln2_b"), N, C);
-  tp_->copy_to_tp_region_forward(a.ln2, N, "mlp.in.fwd", l);
-  ops::matmul_forward(a.fch, a.ln2, param(h + "fc_w"), param(h + "fc_b"), N, C, 4 * Cl);
-  ops::gelu_forward(a.fch_gelu, a.fch);
-  Tensor fc2 = dln_;
-  ops::matmul_forward(fc2, a.fch_gelu, param(h + "fc2_w"), tp1 ? param(h + "fc2_b") : Tensor{}, N,
-                      4 * Cl, C);
-  tp_->reduce_from_tp_region_forward(fc2, N, "mlp.out.fwd", l);
-  ops::residual_forward(x_out, a.resid2, fc2);
-}
-
-void Gpt::backward(float dloss) {
+void Gpt::backward_head(SlotActs& s, float dloss) {
   const ParamInfo& wte = layout_.get("wte");
   const int vocab_start = tp_->rank() * V_local_;
-
   // Cross-entropy writes dlogits over the logits; the head's backward gives d(lnf) and d(wte).
-  ops::crossentropy_backward(logits_, ce_max_, ce_sumexp_, targets_, dloss, N_, V_local_,
+  ops::crossentropy_backward(logits_, ce_max_, ce_sumexp_, s.targets, dloss, N_, V_local_,
                              wte.valid_rows, vocab_start);
-  ops::matmul_backward(dln_, grad(wte), Tensor{}, logits_, lnf_, param(wte), N_, C_, V_local_);
-  tp_->copy_to_tp_region_backward(dln_, N_, "head.in.bwd", -1);
+  ops::matmul_backward(full_b_, grad(wte), Tensor{}, logits_, lnf_full_, param(wte), N_, C_,
+                       V_local_);
+  Tensor dlnf = full_b_;
+  if (sp_) {
+    tp_->gather_from_sp_region_backward(full_b_, shard_, N_, "head.in.bwd", -1);
+    dlnf = shard_;
+  } else {
+    tp_->copy_to_tp_region_backward(full_b_, N_, "head.in.bwd", -1);
+  }
   ops::zero(dresid_);
-  ops::layernorm_backward(dresid_, grad("lnf_w"), grad("lnf_b"), dln_, resid_final_, param("lnf_w"),
-                          lnf_mean_, lnf_rstd_, N_, C_);
-
-  for (int i = int(acts_.size()) - 1; i >= 0; --i) backward_block(i);
-
-  // dresid now holds d(embedding output).
-  ops::position_embedding_backward(grad("wpe"), dresid_, B_, T_, C_);
-  tp_->reduce_from_tp_region_backward(dresid_, N_, "embed.bwd", -1);
-  ops::token_embedding_backward(grad(wte), dresid_, tokens_, N_, C_, vocab_start, wte.valid_rows);
-}
-
-void Gpt::backward_block(int i) {
-  const int l = layout_.spec().layer_begin + i;
-  const std::string h = "h" + std::to_string(l) + ".";
-  LayerActs& a = acts_[i];
-  const int N = N_, C = C_, Cl = C_local_;
-
-  // MLP. dresid = d(x_out) flows unchanged into both d(x2) and d(fc2 output).
-  tp_->reduce_from_tp_region_backward(dresid_, N, "mlp.out.bwd", l);
-  ops::matmul_backward(dfch_gelu_, grad(h + "fc2_w"), grad(h + "fc2_b"), dresid_, a.fch_gelu,
-                       param(h + "fc2_w"), N, 4 * Cl, C);
-  ops::gelu_backward(dfch_, a.fch, dfch_gelu_);
-  ops::matmul_backward(dln_, grad(h + "fc_w"), grad(h + "fc_b"), dfch_, a.ln2, param(h + "fc_w"), N,
-                       C, 4 * Cl);
-  tp_->copy_to_tp_region_backward(dln_, N, "mlp.in.bwd", l);
-  ops::layernorm_backward(dresid_, grad(h + "ln2_w"), grad(h + "ln2_b"), dln_, a.resid2,
-                          param(h + "ln2_w"), a.ln2_mean, a.ln2_rstd, N, C);
-
-  // Attention. dresid = d(x2) flows into d(x) and d(proj output).
-  tp_->reduce_from_tp_region_backward(dresid_, N, "attn.out.bwd", l);
-  ops::matmul_backward(datty_, grad(h + "proj_w"), grad(h + "proj_b"), dresid_, a.atty,
-                       param(h + "proj_w"), N, Cl, C);
-  ops::attention_backward(dqkv_, datty_, a.qkv, a.atty, a.att_saved, attn_scratch_, B_, T_, Cl,
-                          NH_local_);
-  ops::matmul_backward(dln_, grad(h + "qkv_w"), grad(h + "qkv_b"), dqkv_, a.ln1, param(h + "qkv_w"),
-                       N, C, 3 * Cl);
-  tp_->copy_to_tp_region_backward(dln_, N, "attn.in.bwd", l);
-  ops::layernorm_backward(dresid_, grad(h + "ln1_w"), grad(h + "ln1_b"), dln_, a.resid,
-                          param(h + "ln1_w"), a.ln1_mean, a.ln1_rstd, N, C);
+  ops::layernorm_backward(dresid_, grad("lnf_w"), grad("lnf_b"), dlnf, s.resid_final,
+                          param("lnf_w"), lnf_mean_, lnf_rstd_, Nr_, C_);
 }
 
 }  // namespace taco

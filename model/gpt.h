@@ -1,11 +1,17 @@
 // GPT-2 (pre-LayerNorm blocks, 4x MLP, tied embeddings, final LayerNorm) with explicit forward
 // and backward over one micro-batch, in the style of llm.c, calling the kernels through
-// model/ops.h and communicating only through the tensor-parallel mappings.
+// model/ops.h and communicating only through the tensor-parallel mappings, each naming its site.
 //
-// Shapes per micro-batch (B rows of T tokens, N = B*T, C = d_model, tp shards marked /tp):
-//   x      [N, C]      residual stream
-//   qkv    [N, 3C/tp]  atty [N, C/tp]   fch, fch_gelu [N, 4C/tp]
-//   logits [N, Vp/tp]  (overwritten by dlogits in backward)
+// Shapes per micro-batch (B rows of T tokens, N = B*T, C = d_model; "/tp" marks a tensor-parallel
+// shard; Nr = N/tp rows of the residual stream under sequence parallelism, else Nr = N):
+//   residual stream x, x2        [Nr, C]
+//   LN outputs feeding a matmul  [N, C]  (gathered under SP)
+//   qkv [N, 3C/tp]  atty [N, C/tp]  fch, fch_gelu [N, 4C/tp]  logits [N, Vp/tp]
+//
+// Pipeline parallelism: a stage holds layers [layer_begin, layer_end); the first stage embeds,
+// the last computes the loss. Activations of up to `slots` micro-batches in flight are kept
+// (1F1B needs at most pp of them); everything used only between a micro-batch's forward and
+// its backward on one stage is shared.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +25,8 @@ namespace taco {
 
 class Gpt {
  public:
-  // dtype: f32 (CPU reference), f64 (gradient checks) or bf16 (CUDA).
-  Gpt(const ParamLayout& layout, int micro_batch, DeviceKind device, DType dtype,
+  // dtype: f32 (CPU reference), f64 (gradient checks) or bf16 (CUDA). tp may be null (tp = 1).
+  Gpt(const ParamLayout& layout, int micro_batch, int slots, DeviceKind device, DType dtype,
       TensorParallel* tp);
 
   // Plans parameters, gradients and activations into `arena`; bind() after arena.allocate().
@@ -35,39 +41,68 @@ class Gpt {
   Tensor param(const std::string& name) const { return param(layout_.get(name)); }
   Tensor grad(const std::string& name) const { return grad(layout_.get(name)); }
 
-  // Forward over B rows of T tokens (host arrays [B, T]); returns the sum of the per-token
-  // losses of these rows. Keeps what backward needs.
+  // One stage holding the whole model: forward over B rows of T tokens (host arrays [B, T])
+  // returns the sum of the per-token losses; backward adds the gradients of sum(loss) * dloss.
   double forward(const int32_t* inputs, const int32_t* targets);
-  // Backward of the last forward with d(loss_i) = dloss for every token; adds into grads().
   void backward(float dloss);
 
+  // Pipeline pieces. set_batch gives a slot its tokens (inputs used on the first stage, targets
+  // on the last); forward_stage returns the loss sum on the last stage and 0 elsewhere.
+  void set_batch(int slot, const int32_t* inputs, const int32_t* targets);
+  double forward_stage(int slot);
+  void backward_stage(int slot, float dloss);
+  Tensor stage_input(int slot) const;   // [Nr, C] a non-first stage receives before forward
+  Tensor stage_output(int slot) const;  // [Nr, C] a non-last stage sends after forward
+  // [Nr, C]: d(stage output), received by a non-last stage before backward_stage; after it,
+  // d(stage input), which a non-first stage sends back.
+  Tensor stage_grad() const { return dresid_; }
+
+  // Parameters whose gradients are partial sums over the tp group under sequence parallelism
+  // (LayerNorms and positions see only this rank's token rows): the trainer all-reduces them.
+  std::vector<const ParamInfo*> sequence_parallel_grads() const;
+
   int micro_batch() const { return B_; }
+  int slots() const { return int(slots_.size()); }
+  int residual_rows() const { return Nr_; }
 
  private:
   struct LayerActs {
     Tensor resid, ln1, ln1_mean, ln1_rstd, qkv, atty, att_saved, resid2, ln2, ln2_mean, ln2_rstd,
         fch, fch_gelu;
   };
-  Tensor reserve_act(Arena& arena, const std::string& name, size_t numel, DType dtype);
-  void forward_block(int l, const Tensor& x_in, const Tensor& x_out);
-  void backward_block(int l);
+  struct SlotActs {
+    Tensor tokens, targets, resid_final;
+    std::vector<LayerActs> layers;
+  };
+  void forward_embedding(SlotActs& s);
+  void forward_block(SlotActs& s, int i);
+  double forward_head(SlotActs& s);
+  void backward_head(SlotActs& s, float dloss);
+  void backward_block(SlotActs& s, int i);
+  void backward_embedding(SlotActs& s);
+  // Adds wpe to rows [row0, row0 + rows) of the flattened [B, T] token grid (and back).
+  void add_positions(const Tensor& x, int row0, int rows);
+  void add_position_grads(const Tensor& dx, int row0, int rows);
+  int first_row() const { return tp_->sequence_parallel() ? tp_->rank() * Nr_ : 0; }
 
   const ParamLayout& layout_;
   GptDims d_;
-  int B_, T_, N_, C_, NH_local_, C_local_, V_local_;
+  int B_, T_, N_, Nr_, C_, NH_local_, C_local_, V_local_;
   DeviceKind device_;
   DType dtype_;
   TensorParallel* tp_;
   TensorParallel no_tp_;
+  bool sp_;
 
   Tensor params_, grads_;
-  std::vector<LayerActs> acts_;  // indexed by local layer
-  Tensor tokens_, targets_, resid_final_, lnf_, lnf_mean_, lnf_rstd_, logits_;
+  std::vector<SlotActs> slots_;
+  // Shared between forward and backward of one micro-batch on this stage.
+  Tensor lnf_, lnf_full_, lnf_mean_, lnf_rstd_, logits_;
   Tensor ce_max_, ce_sumexp_, ce_target_, losses_;
-  Tensor dresid_, dln_, dqkv_, datty_, dfch_, dfch_gelu_, attn_scratch_;
+  Tensor dresid_, full_a_, full_b_, shard_, dqkv_, datty_, dfch_, dfch_gelu_, attn_scratch_;
   std::vector<size_t> handles_;
   std::vector<Tensor*> bound_;
-  std::vector<float> host_losses_;
+  std::vector<double> host_losses_;
 };
 
 }  // namespace taco

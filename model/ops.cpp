@@ -182,6 +182,11 @@ void add_inplace(const Tensor& y, const Tensor& x) {
   TACO_CPU_REAL("add_inplace", y, cpu::add_inplace(ptr<Real>(y), ptr<Real>(x), y.numel));
 }
 
+void bias_add(const Tensor& out, const Tensor& bias, int N, int C) {
+  if (on_gpu(out)) return cuda_ops::bias_add(out, bias, N, C);
+  TACO_CPU_REAL("bias_add", out, cpu::bias_add(ptr<Real>(out), ptr<Real>(bias), N, C));
+}
+
 void crossentropy_row_max(const Tensor& row_max, const Tensor& logits, int N, int V, int V_valid) {
   if (on_gpu(logits)) return cuda_ops::crossentropy_row_max(row_max, logits, N, V, V_valid);
   TACO_CPU_REAL("crossentropy_row_max", logits,

@@ -54,6 +54,8 @@ void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);
 
 void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b);
 void add_inplace(const Tensor& y, const Tensor& x);
+// out [N, C] += bias [C] on every row.
+void bias_add(const Tensor& out, const Tensor& bias, int N, int C);
 
 // Cross-entropy pieces (kernels/crossentropy.h); row statistics are fp32 on every device
 // (fp64 in fp64 runs).

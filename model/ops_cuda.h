@@ -35,6 +35,7 @@ void gelu_forward(const Tensor& out, const Tensor& inp);
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);
 void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b);
 void add_inplace(const Tensor& y, const Tensor& x);
+void bias_add(const Tensor& out, const Tensor& bias, int N, int C);
 void crossentropy_row_max(const Tensor& row_max, const Tensor& logits, int N, int V, int V_valid);
 void crossentropy_sumexp_target(const Tensor& sumexp, const Tensor& target_logit,
                                 const Tensor& logits, const Tensor& row_max, const Tensor& targets,

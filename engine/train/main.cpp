@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   Args args;
   taco::Config config;
   std::unique_ptr<taco::Trainer> trainer;
-  taco::RunContext ctx{rank, world, local_rank_from_env(), ""};
+  taco::RunContext ctx{MPI_COMM_WORLD, local_rank_from_env(), ""};
 
   int rc = collectively(rank, [&] {
     args = parse_args(argc, argv);

@@ -16,6 +16,10 @@
 #include "model/gpt.h"
 #include "model/ops.h"
 #include "model/param_layout.h"
+#include "parallel/pipeline.h"
+#include "parallel/process_grid.h"
+#include "parallel/site_comm.h"
+#include "parallel/tensor_parallel.h"
 
 namespace taco {
 
@@ -25,6 +29,9 @@ struct Trainer::State {
   DeviceInfo device;
   DType dtype = DType::f32;
   GptDims dims;
+  std::unique_ptr<ProcessGrid> grid;
+  std::unique_ptr<SiteComm> tp_comm, pp_comm, dp_comm, mp_comm, embed_comm, world_comm;
+  std::unique_ptr<TensorParallel> tp;
   std::unique_ptr<ParamLayout> layout;
   std::unique_ptr<Arena> arena;
   std::unique_ptr<Gpt> model;
@@ -34,6 +41,12 @@ struct Trainer::State {
   int micro_steps = 1;
   int64_t tokens_per_step = 0;
   std::vector<int32_t> inputs, targets;
+
+  bool first_stage() const { return grid->is_first_stage(); }
+  bool last_stage() const { return grid->is_last_stage(); }
+  std::vector<SiteComm*> comms() const {
+    return {tp_comm.get(), pp_comm.get(), dp_comm.get(), embed_comm.get()};
+  }
 };
 
 namespace {
@@ -69,6 +82,13 @@ std::string human(double x) {
   return buf;
 }
 
+// A host double summed over a group (loss sums, squared norms), in double.
+double sum_over(MPI_Comm comm, double x) {
+  double out = 0;
+  MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, comm);
+  return out;
+}
+
 }  // namespace
 
 Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_unique<State>()) {
@@ -77,17 +97,17 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   s.ctx = ctx;
   const auto& m = config.model;
   const auto& par = config.parallel;
-  if (par.tp * par.pp * par.dp != ctx.world_size) {
-    throw UserError(config.source + ": parallel: world size " + std::to_string(ctx.world_size) +
-                    " != dp*pp*tp = " + std::to_string(par.dp) + "*" + std::to_string(par.pp) +
-                    "*" + std::to_string(par.tp) + "; launch with mpirun -np " +
-                    std::to_string(par.dp * par.pp * par.tp) + " or change parallel.*");
+
+  int world_size = 1;
+  MPI_Comm_size(ctx.world, &world_size);
+  try {
+    GridModelSizes sizes{m.n_head,     m.d_model, m.n_layer,
+                         m.vocab_size, m.seq_len, par.sequence_parallel};
+    s.grid = std::make_unique<ProcessGrid>(ctx.world, GridShape{par.tp, par.pp, par.dp}, sizes);
+  } catch (const UserError& e) {
+    throw UserError(config.source + ": parallel: " + e.what());
   }
-  if (ctx.world_size != 1) {
-    throw UserError(config.source +
-                    ": parallel: layouts other than tp=pp=dp=1 need the parallel "
-                    "runtime, which is not built yet; run with one rank");
-  }
+  const GridCoord coord = s.grid->coord();
 
   const bool want_gpu = config.train.device != "cpu";
   s.device = select_device(want_gpu, ctx.local_rank);
@@ -96,26 +116,46 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
                     "available (use auto or cpu)");
   }
   s.dtype = choose_dtype(config.train.precision, s.device.kind, config.source);
-  if (s.device.kind == DeviceKind::cuda) {
-    throw UserError(config.source + ": train.device: the CUDA training path is not wired yet; " +
-                    "set train.device: cpu");
-  }
 
   const int B = config.train.micro_batch_size, T = m.seq_len;
-  const int64_t rows_per_micro = int64_t(B) * T * par.dp;
-  s.micro_steps = int(config.train.global_batch_tokens / rows_per_micro);
+  const int64_t tokens_per_micro = int64_t(B) * T * par.dp;
+  s.micro_steps = int(config.train.global_batch_tokens / tokens_per_micro);
   s.tokens_per_step = config.train.global_batch_tokens;
+  if (par.microbatches > 1 && par.microbatches != s.micro_steps) {
+    throw UserError(config.source + ": parallel.microbatches: " + std::to_string(par.microbatches) +
+                    " != global_batch_tokens / " +
+                    "(micro_batch_size*seq_len*dp) = " + std::to_string(s.micro_steps) +
+                    "; expected them equal (or microbatches: 1 to derive it)");
+  }
 
   s.train_data = std::make_unique<TokenShards>(config.data.train, m.vocab_size, T + 1);
   if (!config.data.val.empty())
     s.val_data = std::make_unique<TokenShards>(config.data.val, m.vocab_size, T + 1);
 
+  // Communication: one site-accounted door per group.
+  s.tp_comm = std::make_unique<SiteComm>(s.grid->tp());
+  s.pp_comm = std::make_unique<SiteComm>(s.grid->pp());
+  s.dp_comm = std::make_unique<SiteComm>(s.grid->dp());
+  s.mp_comm = std::make_unique<SiteComm>(s.grid->mp());
+  if (par.pp > 1 && s.grid->in_embedding_group())
+    s.embed_comm = std::make_unique<SiteComm>(s.grid->embedding());
+  s.tp = par.tp > 1 || par.sequence_parallel
+             ? std::make_unique<TensorParallel>(s.tp_comm.get(), par.sequence_parallel)
+             : std::make_unique<TensorParallel>();
+
   s.dims = GptDims::make(m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, par.tp);
   LayoutSpec spec;
-  spec.layer_end = m.n_layer;
+  spec.tp = par.tp;
+  spec.tp_rank = coord.tp;
+  const int per_stage = m.n_layer / par.pp;
+  spec.layer_begin = coord.pp * per_stage;
+  spec.layer_end = spec.layer_begin + per_stage;
+  spec.has_embedding = s.first_stage();
+  spec.has_head = s.last_stage();
   s.layout = std::make_unique<ParamLayout>(s.dims, spec);
   s.arena = std::make_unique<Arena>(s.device.kind);
-  s.model = std::make_unique<Gpt>(*s.layout, B, s.device.kind, s.dtype, nullptr);
+  const int slots = std::min(par.pp, s.micro_steps);
+  s.model = std::make_unique<Gpt>(*s.layout, B, slots, s.device.kind, s.dtype, s.tp.get());
   AdamWConfig acfg{config.train.beta1, config.train.beta2, config.train.eps,
                    config.train.weight_decay};
   s.optimizer = std::make_unique<AdamW>(*s.layout, s.dtype, s.device.kind, acfg);
@@ -123,12 +163,17 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   s.optimizer->plan(*s.arena);
   s.arena->allocate();
   s.model->bind(*s.arena);
-  init_params_gpt2(*s.layout, config.train.seed, s.model->params().as<float>());
   s.optimizer->bind(*s.arena, s.model->params());
+  {
+    // Host fp32 init; the optimizer places it (CUDA: fp32 master + bf16 parameters).
+    std::vector<float> init(s.layout->total());
+    init_params_gpt2(*s.layout, config.train.seed, init.data());
+    s.optimizer->load_initial(init.data());
+  }
 
   s.inputs.resize(size_t(B) * T);
   s.targets.resize(size_t(B) * T);
-  if (!ctx.run_dir.empty() && ctx.world_rank == 0)
+  if (!ctx.run_dir.empty() && s.grid->world_rank() == 0)
     s.metrics = std::make_unique<MetricsWriter>(ctx.run_dir + "/metrics.jsonl");
   else
     s.metrics = std::make_unique<MetricsWriter>();
@@ -138,57 +183,116 @@ Trainer::~Trainer() = default;
 
 std::string Trainer::describe() const {
   const State& s = *s_;
-  char buf[512];
+  char buf[640];
   std::snprintf(buf, sizeof buf,
-                "model %s params (L=%d H=%d C=%d T=%d V=%d->%d) | device %s %s | micro-batch %d x "
-                "%d accumulation %d = %lld tokens/step | train %s tokens in %zu shard(s)",
+                "model %s params (L=%d H=%d C=%d T=%d V=%d->%d) | layout %s%s | device %s %s | "
+                "micro-batch %d x %d, %d micro-batches x dp %d = %lld tokens/step | train %s "
+                "tokens in %zu shard(s) | %s",
                 human(double(s.dims.num_params())).c_str(), s.dims.n_layer, s.dims.n_head,
                 s.dims.d_model, s.dims.seq_len, s.dims.vocab_size, s.dims.padded_vocab,
+                s.grid->layout_string().c_str(), s.cfg.parallel.sequence_parallel ? " +SP" : "",
                 s.device.name.c_str(), dtype_name(s.dtype), s.cfg.train.micro_batch_size,
-                s.dims.seq_len, s.micro_steps, (long long)s.tokens_per_step,
-                human(double(s.train_data->num_tokens())).c_str(), s.train_data->num_shards());
+                s.dims.seq_len, s.micro_steps, s.cfg.parallel.dp, (long long)s.tokens_per_step,
+                human(double(s.train_data->num_tokens())).c_str(), s.train_data->num_shards(),
+                s.arena->summary(4).c_str());
   return buf;
 }
 
+namespace {
+
+// Every rank's share of the squared gradient norm, counting each logical parameter once:
+// tp-replicated tensors only on tp rank 0, the tied embedding's last-stage copy not at all.
+double local_grad_sumsq(const Gpt& model, const GridCoord& coord, bool last_stage_copy_of_wte) {
+  double sum = 0;
+  for (const ParamInfo& p : model.layout().params()) {
+    if (p.shard == Shard::replicated && coord.tp != 0) continue;
+    if (p.name == "wte" && last_stage_copy_of_wte) continue;
+    sum += ops::sum_of_squares(model.grad(p));
+  }
+  return sum;
+}
+
+}  // namespace
+
+// Validation loss over log.eval_batches batches of micro_batch_size windows; batch b runs on the
+// dp replica b % dp, so every layout evaluates exactly the same windows.
 double Trainer::evaluate() {
   State& s = *s_;
   if (!s.val_data) return NAN;
-  const int B = s.cfg.train.micro_batch_size, T = s.dims.seq_len;
+  const int B = s.cfg.train.micro_batch_size, T = s.dims.seq_len, dp = s.cfg.parallel.dp;
+  const int batches = s.cfg.log.eval_batches;
+  const GridCoord coord = s.grid->coord();
+  const int mine = batches / dp + (coord.dp < batches % dp ? 1 : 0);
   double sum = 0;
-  for (int b = 0; b < s.cfg.log.eval_batches; ++b) {
-    s.val_data->eval_batch(b, B, 0, B, T, s.inputs.data(), s.targets.data());
-    sum += s.model->forward(s.inputs.data(), s.targets.data());
-  }
-  return sum / (double(s.cfg.log.eval_batches) * B * T);
+  PipelineStage stage;
+  stage.forward = [&](int k, int slot) {
+    s.val_data->eval_batch(k * dp + coord.dp, B, 0, B, T, s.inputs.data(), s.targets.data());
+    s.model->set_batch(slot, s.inputs.data(), s.targets.data());
+    const double loss = s.model->forward_stage(slot);
+    if (s.last_stage() && coord.tp == 0) sum += loss;
+  };
+  stage.input = [&](int slot) { return s.model->stage_input(slot); };
+  stage.output = [&](int slot) { return s.model->stage_output(slot); };
+  run_forward_only(s.pp_comm.get(), mine, stage);
+  return sum_over(s.grid->world().comm(), sum) / (double(batches) * B * T);
 }
 
 TrainHistory Trainer::run() {
   State& s = *s_;
   const auto& tc = s.cfg.train;
-  const int B = tc.micro_batch_size, T = s.dims.seq_len;
+  const int B = tc.micro_batch_size, T = s.dims.seq_len, dp = s.cfg.parallel.dp;
+  const GridCoord coord = s.grid->coord();
   const float dloss = float(1.0 / double(s.tokens_per_step));
   TrainHistory history;
   using clock = std::chrono::steady_clock;
 
-  for (int step = 0; step < tc.steps; ++step) {
-    auto t0 = clock::now();
-    ops::zero(s.model->grads());
-    double loss_sum = 0;
-    for (int micro = 0; micro < s.micro_steps; ++micro) {
-      s.train_data->sample_batch(tc.seed, step, micro, 0, B, T, s.inputs.data(), s.targets.data());
-      loss_sum += s.model->forward(s.inputs.data(), s.targets.data());
-      s.model->backward(dloss);
+  // Micro-batch m of a step takes global samples [m*B*dp, (m+1)*B*dp); this dp rank takes its B
+  // of them. The sample index (not the layout) picks the window, so every layout trains on the
+  // same global batch.
+  double loss_sum = 0;
+  PipelineStage stage;
+  int step = 0;
+  stage.forward = [&](int micro, int slot) {
+    if (s.first_stage() || s.last_stage()) {
+      s.train_data->sample_batch(tc.seed, step, 0, (micro * dp + coord.dp) * B, B, T,
+                                 s.inputs.data(), s.targets.data());
+      s.model->set_batch(slot, s.inputs.data(), s.targets.data());
     }
-    const double loss = loss_sum / double(s.tokens_per_step);
-    const double norm = std::sqrt(ops::sum_of_squares(s.model->grads()));
+    const double loss = s.model->forward_stage(slot);
+    if (s.last_stage() && coord.tp == 0) loss_sum += loss;
+  };
+  stage.backward = [&](int, int slot) { s.model->backward_stage(slot, dloss); };
+  stage.input = [&](int slot) { return s.model->stage_input(slot); };
+  stage.output = [&](int slot) { return s.model->stage_output(slot); };
+  stage.grad = [&]() { return s.model->stage_grad(); };
+
+  for (step = 0; step < tc.steps; ++step) {
+    auto t0 = clock::now();
+    for (SiteComm* c : s.comms())
+      if (c) c->reset_stats();
+    ops::zero(s.model->grads());
+    loss_sum = 0;
+    run_1f1b(s.pp_comm.get(), s.micro_steps, s.model->slots(), stage);
+
+    // Gradients that are partial sums: LayerNorms and positions under SP (over tp), the tied
+    // embedding's two copies (first and last stage), and everything over dp.
+    for (const ParamInfo* p : s.model->sequence_parallel_grads())
+      s.tp_comm->all_reduce(s.model->grad(*p), p->rows, "sp.grad", p->layer);
+    if (s.embed_comm) s.embed_comm->all_reduce(s.model->grad("wte"), 0, "tied.grad", -1);
+    s.dp_comm->all_reduce(s.model->grads(), 0, "dp.grad", -1);
+
+    const double local = local_grad_sumsq(*s.model, coord, s.last_stage() && !s.first_stage());
+    const double norm = std::sqrt(sum_over(s.grid->mp().comm(), local));
     const double lr = learning_rate(step, tc.steps, tc.lr, tc.warmup_steps, tc.min_lr_frac);
     s.optimizer->update(s.model->params(), s.model->grads(), lr, clip_scale(norm, tc.grad_clip),
                         step + 1);
+    const double loss = sum_over(s.grid->world().comm(), loss_sum) / double(s.tokens_per_step);
     const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
     const double tok_per_s = double(s.tokens_per_step) / (ms / 1000.0);
     history.train_loss.push_back(loss);
+    history.grad_norm.push_back(norm);
     if (!std::isfinite(loss)) {
-      throw Error("rank " + std::to_string(s.ctx.world_rank) + ": loss became " +
+      throw Error("rank " + std::to_string(s.grid->world_rank()) + ": loss became " +
                       std::to_string(loss) + " at step " + std::to_string(step + 1) +
                       "; lower train.lr or check the data",
                   1);
@@ -196,15 +300,24 @@ TrainHistory Trainer::run() {
 
     const bool last = step + 1 == tc.steps;
     if ((step + 1) % s.cfg.log.every == 0 || step == 0 || last) {
-      spdlog::info("step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} ms | {} tok/s",
-                   step + 1, tc.steps, loss, lr, norm, ms, human(tok_per_s));
+      SiteStats comm;
+      for (SiteComm* c : s.comms())
+        if (c) comm += c->total();
+      spdlog::info(
+          "step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} ms | {} tok/s | comm "
+          "{:.1f} ms {:.1f} MB",
+          step + 1, tc.steps, loss, lr, norm, ms, human(tok_per_s), comm.seconds * 1e3,
+          comm.logical_bytes / 1e6);
       s.metrics->write(JsonRecord()
                            .add("step", (long long)(step + 1))
                            .add("loss", loss)
                            .add("lr", lr)
                            .add("grad_norm", norm)
                            .add("ms", ms)
-                           .add("tok_per_s", tok_per_s));
+                           .add("tok_per_s", tok_per_s)
+                           .add("comm_ms", comm.seconds * 1e3)
+                           .add("comm_bytes", (long long)comm.logical_bytes)
+                           .add("wire_bytes", (long long)comm.wire_bytes));
     }
     if (s.val_data &&
         ((s.cfg.log.eval_every > 0 && (step + 1) % s.cfg.log.eval_every == 0) || last)) {

@@ -3,6 +3,8 @@
 // and one metrics.jsonl record per logged step.
 #pragma once
 
+#include <mpi.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,14 +15,14 @@
 namespace taco {
 
 struct RunContext {
-  int world_rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  std::string run_dir;  // "" = write no files (tests)
+  MPI_Comm world = MPI_COMM_WORLD;  // the ranks of this run (tests use MPI_COMM_SELF too)
+  int local_rank = 0;               // rank on this node, for GPU selection
+  std::string run_dir;              // "" = write no files (tests)
 };
 
 struct TrainHistory {
   std::vector<double> train_loss;                // per optimizer step (mean over the global batch)
+  std::vector<double> grad_norm;                 // per optimizer step, before clipping
   std::vector<std::pair<int, double>> val_loss;  // (step, loss)
 };
 

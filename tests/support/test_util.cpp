@@ -1,6 +1,7 @@
 #include "tests/support/test_util.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -11,6 +12,18 @@
 #include <stdexcept>
 
 namespace taco::test {
+
+namespace {
+// Escapes single quotes for use inside '...'.
+std::string shell_quote_single(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out;
+}
+}  // namespace
 
 uint64_t fresh_seed() {
   std::random_device rd;
@@ -48,8 +61,23 @@ std::string scratch_dir(const std::string& name) {
   return p.string();
 }
 
+// The variables an MPI singleton (this test process) sets for itself; a child MPI program that
+// inherits them would try to join this process's job instead of starting its own.
+std::string clean_mpi_environment() {
+  std::string unset;
+  for (char** e = environ; *e; ++e) {
+    std::string var(*e);
+    std::string name = var.substr(0, var.find('='));
+    const bool mpi = name.rfind("PMIX_", 0) == 0 || name.rfind("OMPI_", 0) == 0;
+    const bool user_setting = name.rfind("OMPI_ALLOW_RUN_AS_ROOT", 0) == 0 ||
+                              name == "OMPI_MCA_rmaps_base_oversubscribe";
+    if (mpi && !user_setting) unset += " -u " + name;
+  }
+  return unset.empty() ? "" : "env" + unset + " ";
+}
+
 CommandResult run_command(const std::string& cmd) {
-  std::string full = cmd + " 2>&1";
+  std::string full = clean_mpi_environment() + "sh -c '" + shell_quote_single(cmd) + "' 2>&1";
   FILE* pipe = popen(full.c_str(), "r");
   if (!pipe) throw std::runtime_error("popen failed: " + cmd);
   std::string out;

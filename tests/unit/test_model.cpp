@@ -23,7 +23,7 @@ struct TinyModel {
   TinyModel(GptDims d, int B, DType dtype)
       : dims(d),
         layout(d, LayoutSpec{1, 0, 0, d.n_layer, true, true}),
-        model(layout, B, DeviceKind::cpu, dtype, nullptr) {
+        model(layout, B, 1, DeviceKind::cpu, dtype, nullptr) {
     model.plan(arena);
     arena.allocate();
     model.bind(arena);

@@ -9,40 +9,18 @@
 #include <vector>
 
 #include "engine/config/config.h"
-#include "engine/data/byte_tokenizer.h"
-#include "engine/data/shards.h"
 #include "engine/train/trainer.h"
+#include "tests/support/fortune_data.h"
 #include "tests/support/test_util.h"
+
+// The trainer builds its communicators over MPI_COMM_WORLD: this binary joins MPI.
+extern "C" const int taco_test_joins_mpi = 1;
 
 namespace taco {
 namespace {
 
-namespace fs = std::filesystem;
-
-// Byte-level shards of a slice of the fortunes corpus (installed by tools/setup.sh), made once.
-std::string fortune_shards() {
-  static std::string dir;
-  if (!dir.empty()) return dir;
-  dir = test::scratch_dir("train_fortunes");
-  std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator("/usr/share/games/fortunes")) {
-    std::string name = e.path().filename().string();
-    if (e.is_regular_file() && e.path().extension().empty() && name[0] != '.')
-      files.push_back(e.path().string());
-  }
-  std::sort(files.begin(), files.end());
-  std::string text;
-  for (const auto& f : files) text += test::read_file(f);
-  ByteTokenizer tok;
-  std::vector<uint16_t> ids = tok.encode(text);
-  const size_t val_n = ids.size() / 20;
-  write_shard(dir + "/train_000000.bin", std::vector<uint16_t>(ids.begin(), ids.end() - val_n));
-  write_shard(dir + "/val_000000.bin", std::vector<uint16_t>(ids.end() - val_n, ids.end()));
-  return dir;
-}
-
 Config small_config(const std::vector<std::string>& extra = {}) {
-  const std::string data = fortune_shards();
+  const std::string data = test::fortune_shards();
   std::vector<std::string> overrides = {
       "model.n_layer=2",          "model.n_head=2",
       "model.d_model=64",         "model.seq_len=64",
@@ -124,7 +102,7 @@ TEST(TacoTrainCli, WorldSizeMismatchExitsTwoFromEveryRank) {
 }
 
 TEST(TacoTrainCli, RunWritesConfigAndParseableMetrics) {
-  const std::string data = fortune_shards();
+  const std::string data = test::fortune_shards();
   std::string dir = test::scratch_dir("cli_run");
   auto r = test::run_command(
       "cd " + dir + " && " + taco_train() +

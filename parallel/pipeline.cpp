@@ -1,0 +1,82 @@
+#include "parallel/pipeline.h"
+
+#include <algorithm>
+
+#include "kernels/check.h"
+
+namespace taco {
+
+namespace {
+
+struct Links {
+  SiteComm* pp;
+  int stage, stages;
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == stages - 1; }
+  void recv_forward(const Tensor& x) const {
+    if (!first()) pp->recv(x, stage - 1, "pp.act", -1);
+  }
+  void send_forward(const Tensor& x) const {
+    if (!last()) pp->send(x, stage + 1, "pp.act", -1);
+  }
+  void recv_backward(const Tensor& g) const {
+    if (!last()) pp->recv(g, stage + 1, "pp.grad", -1);
+  }
+  void send_backward(const Tensor& g) const {
+    if (!first()) pp->send(g, stage - 1, "pp.grad", -1);
+  }
+  // Send an activation forward and receive a gradient from the same next stage.
+  void send_forward_recv_backward(const Tensor& act, const Tensor& grad) const {
+    if (!last()) pp->send_recv(act, stage + 1, "pp.act", grad, stage + 1, "pp.grad");
+  }
+  // Send a gradient back and receive the next activation from the same previous stage.
+  void send_backward_recv_forward(const Tensor& grad, const Tensor& act) const {
+    if (!first()) pp->send_recv(grad, stage - 1, "pp.grad", act, stage - 1, "pp.act");
+  }
+};
+
+}  // namespace
+
+void run_1f1b(SiteComm* pp, int micro_batches, int slots, const PipelineStage& stage) {
+  const int P = pp ? pp->size() : 1, s = pp ? pp->rank() : 0, M = micro_batches;
+  const Links links{pp, s, P};
+  TACO_CHECK(slots >= std::min(P - s, M),
+             "1F1B needs an activation slot per micro-batch in flight");
+  const int warmup = std::min(P - s - 1, M);
+  const int steady = M - warmup;
+  auto slot = [&](int m) { return m % slots; };
+
+  for (int m = 0; m < warmup; ++m) {
+    links.recv_forward(stage.input(slot(m)));
+    stage.forward(m, slot(m));
+    links.send_forward(stage.output(slot(m)));
+  }
+  if (steady > 0) links.recv_forward(stage.input(slot(warmup)));
+  for (int i = 0; i < steady; ++i) {
+    const int fm = warmup + i, bm = i;
+    stage.forward(fm, slot(fm));
+    links.send_forward_recv_backward(stage.output(slot(fm)), stage.grad());
+    stage.backward(bm, slot(bm));
+    if (i + 1 == steady)
+      links.send_backward(stage.grad());
+    else
+      links.send_backward_recv_forward(stage.grad(), stage.input(slot(fm + 1)));
+  }
+  for (int bm = steady; bm < M; ++bm) {
+    links.recv_backward(stage.grad());
+    stage.backward(bm, slot(bm));
+    links.send_backward(stage.grad());
+  }
+}
+
+void run_forward_only(SiteComm* pp, int micro_batches, const PipelineStage& stage) {
+  const int P = pp ? pp->size() : 1, s = pp ? pp->rank() : 0;
+  const Links links{pp, s, P};
+  for (int m = 0; m < micro_batches; ++m) {
+    links.recv_forward(stage.input(0));
+    stage.forward(m, 0);
+    links.send_forward(stage.output(0));
+  }
+}
+
+}  // namespace taco

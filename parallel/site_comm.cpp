@@ -1,0 +1,88 @@
+#include "parallel/site_comm.h"
+
+#include <chrono>
+
+#include "kernels/check.h"
+
+namespace taco {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+void SiteComm::account(const char* site, size_t logical, size_t wire, double seconds) {
+  SiteStats& s = stats_[site];
+  s.calls += 1;
+  s.logical_bytes += int64_t(logical);
+  s.wire_bytes += int64_t(wire);
+  s.seconds += seconds;
+}
+
+SiteStats SiteComm::total() const {
+  SiteStats t;
+  for (const auto& [name, s] : stats_) t += s;
+  return t;
+}
+
+void SiteComm::all_reduce(const Tensor& x, int /*rows*/, const char* site, int /*layer*/) {
+  if (size() == 1) return;
+  auto t0 = Clock::now();
+  comm_.all_reduce(x.data, x.data, x.numel, x.dtype, ReduceOp::sum, nullptr);
+  account(site, x.bytes(), bytes_sent_estimate(CommOp::all_reduce, x.bytes(), size()), since(t0));
+}
+
+void SiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows, const char* site,
+                              int /*layer*/) {
+  TACO_CHECK(rows % size() == 0 && out.numel * size() == in.numel,
+             std::string("reduce_scatter at ") + site + ": rows do not split evenly");
+  auto t0 = Clock::now();
+  if (size() == 1) {
+    comm_.all_reduce(in.data, out.data, in.numel, in.dtype, ReduceOp::sum, nullptr);
+  } else {
+    comm_.reduce_scatter(in.data, out.data, out.numel, in.dtype, ReduceOp::sum, nullptr);
+  }
+  account(site, in.bytes(), bytes_sent_estimate(CommOp::reduce_scatter, in.bytes(), size()),
+          since(t0));
+}
+
+void SiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
+                          int /*layer*/) {
+  TACO_CHECK(rows % size() == 0 && in.numel * size() == out.numel,
+             std::string("all_gather at ") + site + ": rows do not split evenly");
+  auto t0 = Clock::now();
+  comm_.all_gather(in.data, out.data, in.numel, in.dtype, nullptr);
+  account(site, out.bytes(), bytes_sent_estimate(CommOp::all_gather, out.bytes(), size()),
+          since(t0));
+}
+
+void SiteComm::send(const Tensor& x, int peer, const char* site, int /*layer*/) {
+  auto t0 = Clock::now();
+  comm_.send(x.data, x.numel, x.dtype, peer, 0, nullptr);
+  account(site, x.bytes(), x.bytes(), since(t0));
+}
+
+void SiteComm::recv(const Tensor& x, int peer, const char* site, int /*layer*/) {
+  auto t0 = Clock::now();
+  comm_.recv(x.data, x.numel, x.dtype, peer, 0, nullptr);
+  account(site, x.bytes(), 0, since(t0));
+}
+
+void SiteComm::send_recv(const Tensor& out, int dst, const char* out_site, const Tensor& in,
+                         int src, const char* in_site) {
+  TACO_CHECK(out.dtype == in.dtype, "send_recv with two dtypes");
+  auto t0 = Clock::now();
+  comm_.send_recv(out.data, out.numel, dst, in.data, in.numel, src, out.dtype, 0, nullptr);
+  const double seconds = since(t0);
+  account(out_site, out.bytes(), out.bytes(), seconds / 2);
+  account(in_site, in.bytes(), 0, seconds / 2);
+}
+
+void SiteComm::all_reduce_exact(const Tensor& x, ReduceOp op) {
+  if (size() == 1) return;
+  comm_.all_reduce(x.data, x.data, x.numel, x.dtype, op, nullptr);
+}
+
+}  // namespace taco
