@@ -17,6 +17,14 @@ if ! ls data/fortunes/train_*.bin >/dev/null 2>&1; then
   build/taco-prep --tokenizer byte --out data/fortunes /usr/share/games/fortunes
 fi
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-ranks=1
-exec mpirun --oversubscribe --bind-to none -np "$ranks" build/taco-train "$@"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+launch=(mpirun --oversubscribe --bind-to none --mca orte_abort_on_non_zero_status 1)
+if nvidia-smi -L >/dev/null 2>&1; then
+  # One GPU, bf16. The fused attention kernel takes head sizes 64 and 128: 2 heads of 64.
+  echo "demo: training on the GPU"
+  exec "${launch[@]}" -np 1 build/taco-train --set model.n_head=2 "$@"
+fi
+# No GPU: two CPU ranks with tensor parallelism, one OpenMP thread each.
+echo "demo: no GPU found; training on 2 CPU ranks (tp=2)"
+exec "${launch[@]}" -np 2 -x OMP_NUM_THREADS=1 --mca mpi_yield_when_idle 1 \
+  build/taco-train --set parallel.tp=2 "$@"
