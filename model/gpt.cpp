@@ -49,8 +49,9 @@ void Gpt::plan(Arena& arena) {
   const DType st = stat_dtype(dtype_);
   const size_t N = N_, Nr = Nr_, C = C_, Cl = C_local_;
   const LayoutSpec& spec = layout_.spec();
-  want(params_, "params", layout_.total(), dtype_);
-  want(grads_, "grads", layout_.total(), dtype_);
+  const size_t padded = (layout_.total() + padding_ - 1) / padding_ * padding_;
+  want(params_padded_, "params", padded, dtype_);
+  want(grads_padded_, "grads", padded, dtype_);
   for (size_t k = 0; k < slots_.size(); ++k) {
     SlotActs& s = slots_[k];
     const std::string sk = "slot" + std::to_string(k) + ".";
@@ -101,6 +102,8 @@ void Gpt::plan(Arena& arena) {
 
 void Gpt::bind(const Arena& arena) {
   for (size_t i = 0; i < bound_.size(); ++i) *bound_[i] = arena.get(handles_[i]);
+  params_ = params_padded_.slice(0, layout_.total());
+  grads_ = grads_padded_.slice(0, layout_.total());
   if (!sp_) lnf_full_ = lnf_;
 }
 

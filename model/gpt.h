@@ -29,6 +29,9 @@ class Gpt {
   Gpt(const ParamLayout& layout, int micro_batch, int slots, DeviceKind device, DType dtype,
       TensorParallel* tp);
 
+  // Rounds the parameter and gradient buffers up to a multiple of `multiple` elements (ZeRO-1
+  // splits them evenly over dp ranks); call before plan(). The padding stays zero.
+  void set_buffer_padding(size_t multiple) { padding_ = multiple; }
   // Plans parameters, gradients and activations into `arena`; bind() after arena.allocate().
   void plan(Arena& arena);
   void bind(const Arena& arena);
@@ -36,6 +39,8 @@ class Gpt {
   const ParamLayout& layout() const { return layout_; }
   Tensor params() const { return params_; }
   Tensor grads() const { return grads_; }
+  Tensor params_padded() const { return params_padded_; }
+  Tensor grads_padded() const { return grads_padded_; }
   Tensor param(const ParamInfo& p) const { return params_.slice(p.offset, p.numel()); }
   Tensor grad(const ParamInfo& p) const { return grads_.slice(p.offset, p.numel()); }
   Tensor param(const std::string& name) const { return param(layout_.get(name)); }
@@ -94,7 +99,8 @@ class Gpt {
   TensorParallel no_tp_;
   bool sp_;
 
-  Tensor params_, grads_;
+  Tensor params_, grads_, params_padded_, grads_padded_;
+  size_t padding_ = 1;
   std::vector<SlotActs> slots_;
   // Shared between forward and backward of one micro-batch on this stage.
   Tensor lnf_, lnf_full_, lnf_mean_, lnf_rstd_, logits_;

@@ -1,13 +1,21 @@
 #include "engine/train/optimizer.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "kernels/adamw.h"
 #include "kernels/check.h"
 
 namespace taco {
 
 AdamW::AdamW(const ParamLayout& layout, DType param_dtype, DeviceKind device,
-             const AdamWConfig& cfg)
-    : layout_(layout), dtype_(param_dtype), device_(device), cfg_(cfg) {
+             const AdamWConfig& cfg, size_t shard_begin, size_t shard_end)
+    : layout_(layout),
+      dtype_(param_dtype),
+      device_(device),
+      cfg_(cfg),
+      begin_(std::min(shard_begin, layout.total())),
+      end_(std::min(shard_end, layout.total())) {
   const bool cpu_fp32 = device == DeviceKind::cpu && param_dtype == DType::f32;
   const bool cuda_bf16 = device == DeviceKind::cuda && param_dtype == DType::bf16;
   TACO_CHECK(cpu_fp32 || cuda_bf16, "AdamW runs fp32 parameters on the CPU, bf16 on CUDA");
@@ -16,20 +24,23 @@ AdamW::AdamW(const ParamLayout& layout, DType param_dtype, DeviceKind device,
 #endif
   // The layout is contiguous: merge neighbours with the same decay into one launch.
   for (const ParamInfo& p : layout.params()) {
+    const size_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel(), end_);
+    if (lo >= hi) continue;
     if (!ranges_.empty() && ranges_.back().decay == p.decay &&
-        ranges_.back().offset + ranges_.back().numel == p.offset) {
-      ranges_.back().numel += p.numel();
+        ranges_.back().offset + ranges_.back().numel == lo) {
+      ranges_.back().numel += hi - lo;
     } else {
-      ranges_.push_back({p.offset, p.numel(), p.decay});
+      ranges_.push_back({lo, hi - lo, p.decay});
     }
   }
 }
 
 void AdamW::plan(Arena& arena) {
   TACO_CHECK(arena.device() == device_, "AdamW state planned on another device's arena");
-  h_m_ = arena.reserve("adam_m", DType::f32, layout_.total());
-  h_v_ = arena.reserve("adam_v", DType::f32, layout_.total());
-  if (dtype_ == DType::bf16) h_master_ = arena.reserve("master", DType::f32, layout_.total());
+  const size_t n = end_ - begin_;
+  h_m_ = arena.reserve("adam_m", DType::f32, n);
+  h_v_ = arena.reserve("adam_v", DType::f32, n);
+  if (dtype_ == DType::bf16) h_master_ = arena.reserve("master", DType::f32, n);
 }
 
 void AdamW::bind(const Arena& arena, const Tensor& params) {
@@ -49,9 +60,13 @@ void AdamW::load_initial(const float* host) {
     device_copy(params_.data, host, n * sizeof(float), device_, DeviceKind::cpu);
     return;
   }
-  device_copy(master_.data, host, n * sizeof(float), device_, DeviceKind::cpu);
+  device_copy(master_.data, host + begin_, (end_ - begin_) * sizeof(float), device_,
+              DeviceKind::cpu);
 #if TACO_HAVE_CUDA
-  cuda::convert_f32_to_bf16(params_.as<bf16>(), master_.as<float>(), n, nullptr);
+  // Every rank starts from the same weights: bf16 copies of all of them, not just the shard.
+  std::vector<bf16> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = float_to_bf16(host[i]);
+  device_copy(params_.data, all.data(), n * sizeof(bf16), device_, DeviceKind::cpu);
 #endif
 }
 
@@ -68,8 +83,8 @@ void AdamW::update(const Tensor& params, const Tensor& grads, double lr, float g
                               r.decay ? float(cfg_.weight_decay) : 0.f,
                               grad_scale,
                               step};
-    float* m = m_.as<float>() + r.offset;
-    float* v = v_.as<float>() + r.offset;
+    float* m = m_.as<float>() + (r.offset - begin_);
+    float* v = v_.as<float>() + (r.offset - begin_);
     if (dtype_ == DType::f32) {
       cpu::adamw_update(params.as<float>() + r.offset, grads.as<float>() + r.offset, m, v, r.numel,
                         hp);
@@ -78,7 +93,7 @@ void AdamW::update(const Tensor& params, const Tensor& grads, double lr, float g
 #if TACO_HAVE_CUDA
     // Legacy default stream, in order with the model's ops; parameters rounded to nearest from
     // the master (the master carries the small updates, so no stochastic rounding is needed).
-    cuda::adamw_update(params.as<bf16>() + r.offset, master_.as<float>() + r.offset,
+    cuda::adamw_update(params.as<bf16>() + r.offset, master_.as<float>() + (r.offset - begin_),
                        grads.as<bf16>() + r.offset, m, v, r.numel, hp, cuda::kRoundToNearest,
                        nullptr);
 #endif

@@ -3,6 +3,9 @@
 //   CPU (fp32 parameters): the parameters are the weights; m and v are fp32.
 //   CUDA (bf16 parameters): fp32 master weights, m and v in the arena; each update reads the bf16
 //   gradients, updates the master and WRITES the bf16 parameters as the master rounded to nearest.
+// ZeRO-1: an optimizer built for the element range [shard_begin, shard_end) of the flat buffer
+// keeps m, v (and the master) for that range only and updates only those parameters; the
+// trainer reduce-scatters gradients into the range and all-gathers the parameters after.
 // Use: plan(arena) before arena.allocate(); bind(arena, params); load_initial(host weights).
 #pragma once
 
@@ -19,17 +22,18 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const ParamLayout& layout, DType param_dtype, DeviceKind device, const AdamWConfig& cfg);
+  AdamW(const ParamLayout& layout, DType param_dtype, DeviceKind device, const AdamWConfig& cfg,
+        size_t shard_begin = 0, size_t shard_end = size_t(-1));
   void plan(Arena& arena);
   // `params` is the model's parameter buffer (layout.total() elements of param_dtype).
   void bind(const Arena& arena, const Tensor& params);
 
   // Sets the weights from layout.total() host floats: the parameters on the CPU; on CUDA the
-  // master weights, and the bf16 parameters as their round-to-nearest copies.
+  // master weights (of the shard), and the bf16 parameters as their round-to-nearest copies.
   void load_initial(const float* host);
 
-  // One update with learning rate `lr`, gradients multiplied by `grad_scale` first (clipping);
-  // `step` is 1-based.
+  // One update of the shard's parameters with learning rate `lr`, gradients (read at their
+  // buffer offsets) multiplied by `grad_scale` first (clipping); `step` is 1-based.
   void update(const Tensor& params, const Tensor& grads, double lr, float grad_scale, int step);
 
   Tensor m() const { return m_; }
@@ -47,7 +51,8 @@ class AdamW {
   DType dtype_;
   DeviceKind device_;
   AdamWConfig cfg_;
-  std::vector<Range> ranges_;
+  std::vector<Range> ranges_;  // within the shard
+  size_t begin_ = 0, end_ = 0;
   size_t h_m_ = 0, h_v_ = 0, h_master_ = 0;
   Tensor params_, m_, v_, master_;
 };

@@ -38,6 +38,9 @@ struct Trainer::State {
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<TokenShards> train_data, val_data;
   std::unique_ptr<MetricsWriter> metrics;
+  // ZeRO-1: this dp rank's range of the (padded) flat buffer and its reduced gradients.
+  size_t shard_begin = 0, shard_end = 0, shard_size = 0;
+  Tensor grad_shard;
   int micro_steps = 1;
   int64_t tokens_per_step = 0;
   std::vector<int32_t> inputs, targets;
@@ -158,11 +161,22 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   s.model = std::make_unique<Gpt>(*s.layout, B, slots, s.device.kind, s.dtype, s.tp.get());
   AdamWConfig acfg{config.train.beta1, config.train.beta2, config.train.eps,
                    config.train.weight_decay};
-  s.optimizer = std::make_unique<AdamW>(*s.layout, s.dtype, s.device.kind, acfg);
+  s.shard_end = s.layout->total();
+  size_t grad_shard_handle = 0;
+  if (par.zero == 1) {
+    s.model->set_buffer_padding(par.dp);
+    s.shard_size = (s.layout->total() + par.dp - 1) / par.dp;
+    s.shard_begin = std::min(s.layout->total(), coord.dp * s.shard_size);
+    s.shard_end = std::min(s.layout->total(), s.shard_begin + s.shard_size);
+    grad_shard_handle = s.arena->reserve("grad_shard", s.dtype, s.shard_size);
+  }
+  s.optimizer =
+      std::make_unique<AdamW>(*s.layout, s.dtype, s.device.kind, acfg, s.shard_begin, s.shard_end);
   s.model->plan(*s.arena);
   s.optimizer->plan(*s.arena);
   s.arena->allocate();
   s.model->bind(*s.arena);
+  if (par.zero == 1) s.grad_shard = s.arena->get(grad_shard_handle);
   s.optimizer->bind(*s.arena, s.model->params());
   {
     // Host fp32 init; the optimizer places it (CUDA: fp32 master + bf16 parameters).
@@ -200,14 +214,17 @@ std::string Trainer::describe() const {
 
 namespace {
 
-// Every rank's share of the squared gradient norm, counting each logical parameter once:
-// tp-replicated tensors only on tp rank 0, the tied embedding's last-stage copy not at all.
-double local_grad_sumsq(const Gpt& model, const GridCoord& coord, bool last_stage_copy_of_wte) {
+// Every rank's share of the squared gradient norm over the elements [begin, end) it holds
+// reduced gradients for, counting each logical parameter once: tp-replicated tensors only on tp
+// rank 0, the tied embedding's last-stage copy not at all.
+double local_grad_sumsq(const Gpt& model, const GridCoord& coord, bool last_stage_copy_of_wte,
+                        size_t begin, size_t end) {
   double sum = 0;
   for (const ParamInfo& p : model.layout().params()) {
     if (p.shard == Shard::replicated && coord.tp != 0) continue;
     if (p.name == "wte" && last_stage_copy_of_wte) continue;
-    sum += ops::sum_of_squares(model.grad(p));
+    const size_t lo = std::max(p.offset, begin), hi = std::min(p.offset + p.numel(), end);
+    if (lo < hi) sum += ops::sum_of_squares(model.grads().slice(lo, hi - lo));
   }
   return sum;
 }
@@ -279,13 +296,29 @@ TrainHistory Trainer::run() {
     for (const ParamInfo* p : s.model->sequence_parallel_grads())
       s.tp_comm->all_reduce(s.model->grad(*p), p->rows, "sp.grad", p->layer);
     if (s.embed_comm) s.embed_comm->all_reduce(s.model->grad("wte"), 0, "tied.grad", -1);
-    s.dp_comm->all_reduce(s.model->grads(), 0, "dp.grad", -1);
+    const bool zero = s.cfg.parallel.zero == 1;
+    if (zero) {
+      // ZeRO-1: each dp rank receives the sum of its shard only, and updates only that shard.
+      s.dp_comm->reduce_scatter(s.model->grads_padded(), s.grad_shard, dp, "dp.grad", -1);
+      ops::copy(s.model->grads().slice(s.shard_begin, s.shard_end - s.shard_begin),
+                s.grad_shard.slice(0, s.shard_end - s.shard_begin));
+    } else {
+      s.dp_comm->all_reduce(s.model->grads(), 0, "dp.grad", -1);
+    }
 
-    const double local = local_grad_sumsq(*s.model, coord, s.last_stage() && !s.first_stage());
-    const double norm = std::sqrt(sum_over(s.grid->mp().comm(), local));
+    const double local = local_grad_sumsq(*s.model, coord, s.last_stage() && !s.first_stage(),
+                                          s.shard_begin, s.shard_end);
+    // Shards are disjoint over dp under ZeRO-1; otherwise every dp replica holds the same sum.
+    const double norm =
+        std::sqrt(sum_over(zero ? s.grid->world().comm() : s.grid->mp().comm(), local));
     const double lr = learning_rate(step, tc.steps, tc.lr, tc.warmup_steps, tc.min_lr_frac);
     s.optimizer->update(s.model->params(), s.model->grads(), lr, clip_scale(norm, tc.grad_clip),
                         step + 1);
+    if (zero) {
+      const Tensor all = s.model->params_padded();
+      s.dp_comm->all_gather(all.slice(coord.dp * s.shard_size, s.shard_size), all, dp, "dp.param",
+                            -1);
+    }
     const double loss = sum_over(s.grid->world().comm(), loss_sum) / double(s.tokens_per_step);
     const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
     const double tok_per_s = double(s.tokens_per_step) / (ms / 1000.0);

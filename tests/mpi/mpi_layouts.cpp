@@ -38,13 +38,19 @@ constexpr int kSteps = 5;
 Config layout_config(int tp, int pp, int dp, bool sp, int zero = 0) {
   const std::string data = test::fortune_shards("layout_shards");
   std::vector<std::string> o = {
-      "model.n_layer=4",          "model.n_head=4",
-      "model.d_model=32",         "model.seq_len=16",
-      "train.micro_batch_size=2", "train.global_batch_tokens=512",
+      "model.n_layer=4",
+      "model.n_head=4",
+      "model.d_model=32",
+      "model.seq_len=16",
+      "train.micro_batch_size=2",
+      "train.global_batch_tokens=512",
       "train.steps=" + std::to_string(kSteps),
-      "train.lr=3e-3",            "train.warmup_steps=2",
-      "log.every=1000",           "log.eval_every=0",
-      "log.eval_batches=2",       "data.train=" + data + "/train_*.bin",
+      "train.lr=3e-3",
+      "train.warmup_steps=2",
+      "log.every=1000",
+      "log.eval_every=0",
+      "log.eval_batches=2",
+      "data.train=" + data + "/train_*.bin",
       "data.val=" + data + "/val_*.bin",
       "parallel.tp=" + std::to_string(tp),
       "parallel.pp=" + std::to_string(pp),
@@ -90,15 +96,15 @@ TEST(Layouts, TensorParallel2WithSequenceParallelMatchesSingleRank) {
 }
 TEST(Layouts, Pipeline2MatchesSingleRank) { expect_same_losses(1, 2, 1, false); }
 TEST(Layouts, DataParallel2MatchesSingleRank) { expect_same_losses(1, 1, 2, false); }
+TEST(Layouts, DataParallel2WithZero1MatchesSingleRank) { expect_same_losses(1, 1, 2, false, 1); }
+TEST(Layouts, Tp2Dp2WithZero1MatchesSingleRank) { expect_same_losses(2, 1, 2, false, 1); }
 TEST(Layouts, TensorParallel4MatchesSingleRank) { expect_same_losses(4, 1, 1, false); }
 TEST(Layouts, TensorParallel4WithSequenceParallelMatchesSingleRank) {
   expect_same_losses(4, 1, 1, true);
 }
 TEST(Layouts, Pipeline4MatchesSingleRank) { expect_same_losses(1, 4, 1, false); }
 TEST(Layouts, Tp2Pp2Dp2MatchesSingleRank) { expect_same_losses(2, 2, 2, false); }
-TEST(Layouts, Tp2Pp2Dp2WithSequenceParallelMatchesSingleRank) {
-  expect_same_losses(2, 2, 2, true);
-}
+TEST(Layouts, Tp2Pp2Dp2WithSequenceParallelMatchesSingleRank) { expect_same_losses(2, 2, 2, true); }
 
 // One micro-batch through a tp-sharded model: each rank's gradient shard equals the matching
 // slice of the single-rank gradient.
