@@ -173,7 +173,8 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   header[1] = kShardVersion;
   header[2] = static_cast<int32_t>(tokens.size());
   // Written under a temporary name and renamed, so a reader never sees a half-written shard.
-  const std::string tmp = path + ".tmp";
+  // The temporary name is per process, so concurrent writers of one path never collide.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw UserError(path + ": cannot create (" + errno_text() + "); check the directory");
   const bool ok = std::fwrite(header, sizeof header, 1, f) == 1 &&

@@ -25,7 +25,8 @@ inline std::string fortune_shards(const std::string& name = "fortune_shards") {
   if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const std::string dir = binary_dir() + "/test-scratch/" + name;
   if (rank == 0) {
-    scratch_dir(name);
+    // Test processes may run this at the same time (ctest -j): never delete, write atomically.
+    fs::create_directories(dir);
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator("/usr/share/games/fortunes")) {
       const std::string base = e.path().filename().string();
