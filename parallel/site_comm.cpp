@@ -1,6 +1,7 @@
 #include "parallel/site_comm.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "kernels/check.h"
 
@@ -13,16 +14,36 @@ double since(Clock::time_point t0) {
 }
 }  // namespace
 
-void SiteComm::account(const char* site, size_t logical, size_t wire, double seconds) {
-  SiteStats& s = stats_[site];
+double SiteCommStats::relative_l2() const {
+  if (error_samples == 0) return NAN;
+  return signal_sq > 0 ? std::sqrt(error_sq / signal_sq) : std::sqrt(error_sq);
+}
+
+SiteCommStats& SiteCommStats::operator+=(const SiteCommStats& o) {
+  calls += o.calls;
+  logical_bytes += o.logical_bytes;
+  wire_bytes += o.wire_bytes;
+  seconds += o.seconds;
+  compressed_calls += o.compressed_calls;
+  saved_bytes += o.saved_bytes;
+  nonfinite_groups += o.nonfinite_groups;
+  error_samples += o.error_samples;
+  error_sq += o.error_sq;
+  signal_sq += o.signal_sq;
+  return *this;
+}
+
+SiteCommStats& SiteComm::account(const char* site, size_t logical, size_t wire, double seconds) {
+  SiteCommStats& s = stats_[site];
   s.calls += 1;
   s.logical_bytes += int64_t(logical);
   s.wire_bytes += int64_t(wire);
   s.seconds += seconds;
+  return s;
 }
 
-SiteStats SiteComm::total() const {
-  SiteStats t;
+SiteCommStats SiteComm::total() const {
+  SiteCommStats t;
   for (const auto& [name, s] : stats_) t += s;
   return t;
 }

@@ -1,7 +1,8 @@
 // The one door every collective of a training step goes through (DESIGN.md §3): each call names
-// its site ("attn.out.fwd", "dp.grad", ...) and layer, is routed to the group's communicator
-// (and, for compressed sites, through the site's codec), and is accounted per site: calls,
-// logical bytes, bytes on the wire, seconds.
+// its site ("attn.out.fwd", "dp.grad", ...) and layer, is routed to the group's communicator's
+// native collective, and is accounted per site: calls, logical bytes, bytes on the wire, seconds.
+// CompressedSiteComm (parallel/compressed_site_comm.h) overrides the calls to send the sites its
+// compression policy names through their codecs.
 //
 // Tensors are [rows, cols] row-major; chunked collectives split rows evenly over the group
 // (sequence parallelism splits the token rows).
@@ -15,18 +16,23 @@
 
 namespace taco {
 
-struct SiteStats {
+// What one site cost since the last reset. The error fields come from compressed calls only
+// (parallel/compressed_site_comm.h): ||x^ - x||^2 and ||x||^2 summed over the sampled calls,
+// where x is this rank's message and x^ what one encode/decode of it gives back.
+struct SiteCommStats {
   int64_t calls = 0;
   int64_t logical_bytes = 0;  // the uncompressed message, as nccl-tests counts size
   int64_t wire_bytes = 0;     // what this rank put on the wire
   double seconds = 0;
-  SiteStats& operator+=(const SiteStats& o) {
-    calls += o.calls;
-    logical_bytes += o.logical_bytes;
-    wire_bytes += o.wire_bytes;
-    seconds += o.seconds;
-    return *this;
-  }
+  int64_t compressed_calls = 0;  // calls that went through a codec
+  int64_t saved_bytes = 0;       // what the native collective would have sent, minus wire_bytes
+  int64_t nonfinite_groups = 0;  // groups sent or received as NaN (non-finite input)
+  int64_t error_samples = 0;
+  double error_sq = 0, signal_sq = 0;
+
+  // sqrt(error_sq / signal_sq) pooled over the samples; NaN before any sample.
+  double relative_l2() const;
+  SiteCommStats& operator+=(const SiteCommStats& o);
 };
 
 class SiteComm {
@@ -56,14 +62,14 @@ class SiteComm {
   // Small exact reductions that are never compressed (cross-entropy statistics, loss sums).
   void all_reduce_exact(const Tensor& x, ReduceOp op);
 
-  const std::map<std::string, SiteStats>& stats() const { return stats_; }
-  SiteStats total() const;
+  const std::map<std::string, SiteCommStats>& stats() const { return stats_; }
+  SiteCommStats total() const;
   void reset_stats() { stats_.clear(); }
 
  protected:
-  void account(const char* site, size_t logical, size_t wire, double seconds);
+  SiteCommStats& account(const char* site, size_t logical, size_t wire, double seconds);
   Communicator& comm_;
-  std::map<std::string, SiteStats> stats_;
+  std::map<std::string, SiteCommStats> stats_;
 };
 
 }  // namespace taco

@@ -5,7 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <map>
 
+#include "compression/policy.h"
 #include "engine/data/shards.h"
 #include "engine/runtime/arena.h"
 #include "engine/train/metrics.h"
@@ -16,6 +19,7 @@
 #include "model/gpt.h"
 #include "model/ops.h"
 #include "model/param_layout.h"
+#include "parallel/compressed_site_comm.h"
 #include "parallel/pipeline.h"
 #include "parallel/process_grid.h"
 #include "parallel/site_comm.h"
@@ -30,7 +34,10 @@ struct Trainer::State {
   DType dtype = DType::f32;
   GptDims dims;
   std::unique_ptr<ProcessGrid> grid;
-  std::unique_ptr<SiteComm> tp_comm, pp_comm, dp_comm, mp_comm, embed_comm, world_comm;
+  std::unique_ptr<CompressionPolicy> policy;
+  std::unique_ptr<SiteCalibration> calibration;  // while some site has group: auto
+  std::unique_ptr<CompressedSiteComm> tp_comm, pp_comm, dp_comm, embed_comm;
+  std::unique_ptr<SiteComm> mp_comm, world_comm;
   std::unique_ptr<TensorParallel> tp;
   std::unique_ptr<ParamLayout> layout;
   std::unique_ptr<Arena> arena;
@@ -47,7 +54,7 @@ struct Trainer::State {
 
   bool first_stage() const { return grid->is_first_stage(); }
   bool last_stage() const { return grid->is_last_stage(); }
-  std::vector<SiteComm*> comms() const {
+  std::vector<CompressedSiteComm*> comms() const {
     return {tp_comm.get(), pp_comm.get(), dp_comm.get(), embed_comm.get()};
   }
 };
@@ -112,6 +119,16 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   }
   const GridCoord coord = s.grid->coord();
 
+  // Compression: which codec each (layer, site) gets; every group's door below asks it.
+  s.policy = std::make_unique<CompressionPolicy>(config.compression, m.n_layer, config.source);
+  if (s.grid->world_rank() == 0) {
+    std::string table = s.policy->table();
+    if (!table.empty() && table.back() == '\n') table.pop_back();
+    spdlog::info("{}", table);
+  }
+  if (!s.policy->sites_to_calibrate().empty())
+    s.calibration = std::make_unique<SiteCalibration>(*s.policy);
+
   const bool want_gpu = config.train.device != "cpu";
   s.device = select_device(want_gpu, ctx.local_rank);
   if (config.train.device == "cuda" && s.device.kind != DeviceKind::cuda) {
@@ -136,12 +153,14 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
     s.val_data = std::make_unique<TokenShards>(config.data.val, m.vocab_size, T + 1);
 
   // Communication: one site-accounted door per group.
-  s.tp_comm = std::make_unique<SiteComm>(s.grid->tp());
-  s.pp_comm = std::make_unique<SiteComm>(s.grid->pp());
-  s.dp_comm = std::make_unique<SiteComm>(s.grid->dp());
+  auto door = [&](Communicator& group) {
+    return std::make_unique<CompressedSiteComm>(group, *s.policy, s.calibration.get());
+  };
+  s.tp_comm = door(s.grid->tp());
+  s.pp_comm = door(s.grid->pp());
+  s.dp_comm = door(s.grid->dp());
   s.mp_comm = std::make_unique<SiteComm>(s.grid->mp());
-  if (par.pp > 1 && s.grid->in_embedding_group())
-    s.embed_comm = std::make_unique<SiteComm>(s.grid->embedding());
+  if (par.pp > 1 && s.grid->in_embedding_group()) s.embed_comm = door(s.grid->embedding());
   s.tp = par.tp > 1 || par.sequence_parallel
              ? std::make_unique<TensorParallel>(s.tp_comm.get(), par.sequence_parallel)
              : std::make_unique<TensorParallel>();
@@ -229,6 +248,45 @@ double local_grad_sumsq(const Gpt& model, const GridCoord& coord, bool last_stag
   return sum;
 }
 
+// {"attn.out.fwd": {"bytes": .., "wire_bytes": .., "rel_err": .., ...}, ...}: rank 0's traffic
+// per site this step; rel_err is null where no compressed message was measured.
+std::string sites_json(const std::map<std::string, SiteCommStats>& sites) {
+  std::string out = "{";
+  for (const auto& [name, st] : sites) {
+    if (out.size() > 1) out += ", ";
+    out.append("\"").append(json_escape(name)).append("\": ");
+    out += JsonRecord()
+               .add("calls", (long long)st.calls)
+               .add("bytes", (long long)st.logical_bytes)
+               .add("wire_bytes", (long long)st.wire_bytes)
+               .add("saved_bytes", (long long)st.saved_bytes)
+               .add("compressed_calls", (long long)st.compressed_calls)
+               .add("rel_err", st.relative_l2())
+               .add("nonfinite_groups", (long long)st.nonfinite_groups)
+               .str();
+  }
+  return out + "}";
+}
+
+// group: auto: one step of calibration ends; on the last one, world rank 0 prints the agreed
+// choices and saves them to <run dir>/calibration.json.
+void end_calibration_step(SiteCalibration& calibration, ProcessGrid& grid,
+                          const std::string& run_dir) {
+  const std::vector<CalibrationChoice> choices = calibration.end_step(grid.world());
+  if (choices.empty() || grid.world_rank() != 0) return;
+  std::string json = "[";
+  for (const CalibrationChoice& c : choices) {
+    spdlog::info("{}", c.line());
+    if (json.size() > 1) json += ",\n";
+    json += c.to_json();
+  }
+  if (run_dir.empty()) return;
+  const std::string path = run_dir + "/calibration.json";
+  std::ofstream out(path);
+  out << json << "]\n";
+  if (!out) throw UserError(path + ": cannot write the calibration record");
+}
+
 }  // namespace
 
 // Validation loss over log.eval_batches batches of micro_batch_size windows; batch b runs on the
@@ -285,8 +343,12 @@ TrainHistory Trainer::run() {
 
   for (step = 0; step < tc.steps; ++step) {
     auto t0 = clock::now();
-    for (SiteComm* c : s.comms())
-      if (c) c->reset_stats();
+    const bool logged = (step + 1) % s.cfg.log.every == 0 || step == 0 || step + 1 == tc.steps;
+    for (CompressedSiteComm* c : s.comms()) {
+      if (!c) continue;
+      c->reset_stats();
+      c->measure_errors(logged);
+    }
     ops::zero(s.model->grads());
     loss_sum = 0;
     run_1f1b(s.pp_comm.get(), s.micro_steps, s.model->slots(), stage);
@@ -305,6 +367,8 @@ TrainHistory Trainer::run() {
     } else {
       s.dp_comm->all_reduce(s.model->grads(), 0, "dp.grad", -1);
     }
+    if (s.calibration && s.calibration->active())
+      end_calibration_step(*s.calibration, *s.grid, s.ctx.run_dir);
 
     const double local = local_grad_sumsq(*s.model, coord, s.last_stage() && !s.first_stage(),
                                           s.shard_begin, s.shard_end);
@@ -324,6 +388,19 @@ TrainHistory Trainer::run() {
     const double tok_per_s = double(s.tokens_per_step) / (ms / 1000.0);
     history.train_loss.push_back(loss);
     history.grad_norm.push_back(norm);
+    SiteCommStats comm;
+    std::map<std::string, SiteCommStats> sites;
+    for (CompressedSiteComm* c : s.comms()) {
+      if (!c) continue;
+      comm += c->total();
+      for (const auto& [name, st] : c->stats()) sites[name] += st;
+    }
+    for (const auto& [name, st] : sites) {
+      if (st.nonfinite_groups > 0)
+        spdlog::warn(
+            "rank {}: step {}: site {}: {} compressed group(s) held NaN/Inf and decoded as NaN",
+            s.grid->world_rank(), step + 1, name, st.nonfinite_groups);
+    }
     if (!std::isfinite(loss)) {
       throw Error("rank " + std::to_string(s.grid->world_rank()) + ": loss became " +
                       std::to_string(loss) + " at step " + std::to_string(step + 1) +
@@ -332,15 +409,15 @@ TrainHistory Trainer::run() {
     }
 
     const bool last = step + 1 == tc.steps;
-    if ((step + 1) % s.cfg.log.every == 0 || step == 0 || last) {
-      SiteStats comm;
-      for (SiteComm* c : s.comms())
-        if (c) comm += c->total();
+    if (logged) {
+      std::string saved;
+      if (comm.compressed_calls > 0)
+        saved = fmt::format(" | saved {:.2f} MB", double(comm.saved_bytes) / 1e6);
       spdlog::info(
           "step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} ms | {} tok/s | comm "
-          "{:.1f} ms {:.1f} MB",
+          "{:.1f} ms {:.1f} MB{}",
           step + 1, tc.steps, loss, lr, norm, ms, human(tok_per_s), comm.seconds * 1e3,
-          comm.logical_bytes / 1e6);
+          comm.logical_bytes / 1e6, saved);
       s.metrics->write(JsonRecord()
                            .add("step", (long long)(step + 1))
                            .add("loss", loss)
@@ -350,7 +427,9 @@ TrainHistory Trainer::run() {
                            .add("tok_per_s", tok_per_s)
                            .add("comm_ms", comm.seconds * 1e3)
                            .add("comm_bytes", (long long)comm.logical_bytes)
-                           .add("wire_bytes", (long long)comm.wire_bytes));
+                           .add("wire_bytes", (long long)comm.wire_bytes)
+                           .add("saved_bytes", (long long)comm.saved_bytes)
+                           .add_raw("sites", sites_json(sites)));
     }
     if (s.val_data &&
         ((s.cfg.log.eval_every > 0 && (step + 1) % s.cfg.log.eval_every == 0) || last)) {

@@ -1,0 +1,108 @@
+// Collectives whose payload travels encoded by a Codec (DESIGN.md §5), over any Communicator, on
+// host memory. Messages are [rows, cols] row-major, fp32 or bf16; p = comm.size(), me = rank.
+//
+//   all_reduce (two-shot)  split x into p row chunks x_c; encode each; all_to_all the encoded
+//                          chunks; s_me = sum over ranks r (in rank order) of decode(chunk me
+//                          of r), in fp32; encode s_me; all_gather; every rank decodes all p
+//                          chunks, its own included, so all ranks end bit-identical:
+//                            out_c = D(E(sum_r D(E(x_{r,c}))))
+//   reduce_scatter         encode the p chunks; all_to_all; out = sum_r D(E(x_{r,me})) in fp32
+//   all_gather             encode own shard; all_gather; decode every shard (own included)
+//   send / recv            one encoded message
+//
+// Chunks: all_reduce splits rows as evenly as it can (the first rows % p chunks get one row more;
+// a chunk may be empty), and a flat message [1, n] splits its elements the same way instead.
+// reduce_scatter and all_gather hand each rank exactly rows / p rows, so rows % p != 0 is
+// rejected with a UserError naming the site. Every encoded chunk travels in a slot of the same
+// size, the exact encoded size of the largest chunk (Codec::max_encoded_size); shorter ones are
+// padded with zeros, and each is decoded from its own exact length.
+//
+// A buffer that fails its header check (compression/wire_format.h) throws the codec's one-line
+// UserError naming the rank and site. Non-finite inputs are counted, never zeroed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "compression/codec.h"
+#include "parallel/communicator.h"
+
+namespace taco {
+
+// What one compressed call did on this rank.
+struct CompressedCall {
+  size_t wire_bytes = 0;         // bytes this rank put on the wire (padded slots included)
+  int64_t nonfinite_values = 0;  // NaN/Inf in this rank's input
+  // Groups decoded as NaN into this rank's output, counted per received message (send: the
+  // groups it encoded as NaN).
+  int64_t nonfinite_groups = 0;
+  // With `measure`: ||D(E(x)) - x||^2 and ||x||^2 of this rank's own input x through its first
+  // encoding (no extra communication); measured = false otherwise.
+  bool measured = false;
+  double error_sq = 0, signal_sq = 0;
+};
+
+class CompressedCollectives {
+ public:
+  explicit CompressedCollectives(Communicator& comm) : comm_(comm) {}
+
+  Communicator& communicator() const { return comm_; }
+
+  // x [rows, cols] summed over the group in place.
+  CompressedCall all_reduce(const Codec& codec, void* x, DType dtype, MessageShape shape,
+                            const WireContext& where, bool measure);
+  // in [rows, cols]; out [rows / p, cols] = this rank's rows of the sum.
+  CompressedCall reduce_scatter(const Codec& codec, const void* in, void* out, DType dtype,
+                                MessageShape full, const WireContext& where, bool measure);
+  // in [rows / p, cols] from every rank; out [rows, cols] in rank order.
+  CompressedCall all_gather(const Codec& codec, const void* in, void* out, DType dtype,
+                            MessageShape full, const WireContext& where, bool measure);
+  // Point to point with `tag`; both sides pass the same codec and shape.
+  CompressedCall send(const Codec& codec, const void* x, DType dtype, MessageShape shape, int peer,
+                      int tag, bool measure);
+  CompressedCall recv(const Codec& codec, void* x, DType dtype, MessageShape shape, int peer,
+                      int tag, const WireContext& where);
+  // Sends `out` to `dst` and receives `in` from `src` in one exchange; each side has its codec.
+  struct Side {
+    const Codec* codec;
+    void* data;
+    MessageShape shape;
+    WireContext where;
+  };
+  CompressedCall send_recv(const Side& out, int dst, const Side& in, int src, DType dtype, int tag,
+                           bool measure);
+
+  // Rows of chunk c when `rows` are split over `parts` (the first rows % parts get one more).
+  static int64_t chunk_rows(int64_t rows, int parts, int c);
+  static int64_t chunk_begin(int64_t rows, int parts, int c);
+
+ private:
+  // The p chunk shapes of a message and each chunk's first element.
+  struct Chunks {
+    std::vector<MessageShape> shape;
+    std::vector<int64_t> offset;
+  };
+  Chunks split(MessageShape shape) const;
+  size_t slot_size(const Codec& codec, const Chunks& chunks, DType dtype) const;
+  // Shot one of all_reduce, all of reduce_scatter: encodes the chunks of `x`, all_to_all, and
+  // sums the p decoded copies of this rank's chunk into `acc` (fp32) in rank order. Returns the
+  // slot size.
+  size_t reduce_chunks(const Codec& codec, const void* x, DType dtype, const Chunks& chunks,
+                       float* acc, const WireContext& where, CompressedCall& call, bool measure);
+  // Shot two of all_reduce, all of all_gather: encodes this rank's chunk `mine_data`,
+  // all_gather, and decodes every chunk (its own included) into `out`. Returns the slot size.
+  size_t gather_chunks(const Codec& codec, const void* mine_data, DType in_dtype,
+                       const Chunks& chunks, void* out, DType out_dtype, const WireContext& where,
+                       CompressedCall& call, int64_t* nonfinite_values);
+  // Encodes chunk c of `x` into slot c of `buf` (zero-padding the slot), adding to `call`;
+  // returns the groups encoded as NaN.
+  int64_t encode_chunks(const Codec& codec, const void* x, DType dtype, const Chunks& chunks,
+                        size_t slot, uint8_t* buf, CompressedCall& call, bool measure);
+
+  Communicator& comm_;
+  std::vector<uint8_t> send_, recv_;
+  std::vector<float> acc_, check_;
+};
+
+}  // namespace taco

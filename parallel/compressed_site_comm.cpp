@@ -1,0 +1,244 @@
+#include "parallel/compressed_site_comm.h"
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+
+#include "engine/runtime/arena.h"
+#include "kernels/check.h"
+
+namespace taco {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// [rows, numel / rows], or flat [1, numel] for rows <= 0.
+MessageShape shape_of(size_t numel, int rows, const char* site) {
+  if (rows <= 0) return MessageShape{1, int64_t(numel)};
+  TACO_CHECK(numel % size_t(rows) == 0, std::string("message at ") + site + " of " +
+                                            std::to_string(numel) + " elements is not " +
+                                            std::to_string(rows) + " rows");
+  return MessageShape{rows, int64_t(numel / size_t(rows))};
+}
+
+WireContext where(const char* site) { return WireContext{site, -1}; }
+
+}  // namespace
+
+// --- SiteCalibration ---------------------------------------------------------------------------
+
+SiteCalibration::SiteCalibration(CompressionPolicy& policy) : policy_(policy) {
+  for (Site site : policy.sites_to_calibrate()) {
+    // The site's options at the first layer that says auto (model-wide sites: layer -1). Rules
+    // giving one site two grouped codecs with auto in different layers share this calibration.
+    CodecOptions base;
+    const bool per_layer = site_is_per_layer(site);
+    for (int l = per_layer ? 0 : -1; l < (per_layer ? policy.n_layer() : 0); ++l) {
+      base = policy.configured(l, site);
+      const bool grouped = base.kind == CodecKind::fp8_block || base.kind == CodecKind::taco;
+      if (grouped && base.group == kAutoGroup) break;
+    }
+    pending_.emplace_back(
+        site, std::make_unique<GroupCalibrator>(site_name(site), base, policy.calibrate_steps()));
+  }
+}
+
+void SiteCalibration::observe(Site site, const void* x, DType dtype, MessageShape shape) {
+  for (auto& [s, calibrator] : pending_) {
+    if (s != site) continue;
+    if (dtype == DType::f32)
+      calibrator->observe(static_cast<const float*>(x), shape);
+    else
+      calibrator->observe(static_cast<const bf16*>(x), shape);
+  }
+}
+
+std::vector<CalibrationChoice> SiteCalibration::end_step(Communicator& world) {
+  if (pending_.empty()) return {};
+  for (auto& [site, calibrator] : pending_) calibrator->end_step();
+  if (!pending_.front().second->done()) return {};
+
+  // Rank 0's (group, axis) per site, as int32 pairs.
+  std::vector<CalibrationChoice> choices;
+  std::vector<int32_t> agreed;
+  for (auto& [site, calibrator] : pending_) {
+    choices.push_back(calibrator->choice());
+    agreed.push_back(choices.back().chosen.group);
+    agreed.push_back(int32_t(choices.back().chosen.axis));
+  }
+  world.broadcast(agreed.data(), agreed.size() * sizeof(int32_t), DType::u8, 0, nullptr);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const int group = agreed[2 * i];
+    const GroupAxis axis = GroupAxis(agreed[2 * i + 1]);
+    policy_.apply_calibration(pending_[i].first, group, axis);
+    choices[i].chosen.group = choices[i].options.group = group;
+    choices[i].chosen.axis = choices[i].options.axis = axis;
+  }
+  pending_.clear();
+  return choices;
+}
+
+// --- CompressedSiteComm ------------------------------------------------------------------------
+
+CompressedSiteComm::CompressedSiteComm(Communicator& comm, const CompressionPolicy& policy,
+                                       SiteCalibration* calibration)
+    : SiteComm(comm), policy_(policy), calibration_(calibration), collectives_(comm) {}
+
+const Codec* CompressedSiteComm::codec_for(const char* site, int layer, size_t bytes) {
+  if (size() == 1) return nullptr;
+  Site s;
+  if (!parse_site(site, &s)) return nullptr;
+  const CodecOptions options =
+      canonical(policy_.resolve(site_is_per_layer(s) ? layer : -1, s, int64_t(bytes)));
+  if (options.kind == CodecKind::none) return nullptr;
+  for (const auto& codec : codecs_)
+    if (codec->options() == options) return codec.get();
+  codecs_.push_back(make_codec(options));
+  return codecs_.back().get();
+}
+
+void* CompressedSiteComm::host(const Tensor& t, std::vector<uint8_t>& stage, bool copy) {
+  if (t.device == DeviceKind::cpu) return t.data;
+  stage.resize(t.bytes());
+  if (copy) device_copy(stage.data(), t.data, t.bytes(), DeviceKind::cpu, t.device);
+  return stage.data();
+}
+
+void CompressedSiteComm::write_back(const Tensor& t, const std::vector<uint8_t>& stage) {
+  if (t.device != DeviceKind::cpu)
+    device_copy(t.data, stage.data(), t.bytes(), t.device, DeviceKind::cpu);
+}
+
+void CompressedSiteComm::observe(const char* site, const void* x, DType dtype, MessageShape shape) {
+  Site s;
+  if (calibration_ && calibration_->active() && parse_site(site, &s))
+    calibration_->observe(s, x, dtype, shape);
+}
+
+void CompressedSiteComm::record(const char* site, CommOp native, size_t logical,
+                                const CompressedCall& call, double seconds) {
+  SiteCommStats& s = account(site, logical, call.wire_bytes, seconds);
+  s.compressed_calls += 1;
+  s.saved_bytes += bytes_sent_estimate(native, logical, size()) - int64_t(call.wire_bytes);
+  s.nonfinite_groups += call.nonfinite_groups;
+  if (call.measured) {
+    s.error_samples += 1;
+    s.error_sq += call.error_sq;
+    s.signal_sq += call.signal_sq;
+  }
+}
+
+void CompressedSiteComm::all_reduce(const Tensor& x, int rows, const char* site, int layer) {
+  const Codec* codec = codec_for(site, layer, x.bytes());
+  if (!codec) return SiteComm::all_reduce(x, rows, site, layer);
+  const auto t0 = Clock::now();
+  const MessageShape shape = shape_of(x.numel, rows, site);
+  void* data = host(x, stage_in_, true);
+  observe(site, data, x.dtype, shape);
+  const CompressedCall call =
+      collectives_.all_reduce(*codec, data, x.dtype, shape, where(site), measure_);
+  write_back(x, stage_in_);
+  record(site, CommOp::all_reduce, x.bytes(), call, since(t0));
+}
+
+void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows,
+                                        const char* site, int layer) {
+  const Codec* codec = codec_for(site, layer, in.bytes());
+  if (!codec) return SiteComm::reduce_scatter(in, out, rows, site, layer);
+  TACO_CHECK(in.dtype == out.dtype && out.numel * size_t(size()) == in.numel,
+             std::string("reduce_scatter at ") + site + ": output is not 1/size of the input");
+  const auto t0 = Clock::now();
+  const MessageShape full = shape_of(in.numel, rows, site);
+  const void* src = host(in, stage_in_, true);
+  void* dst = host(out, stage_out_, false);
+  observe(site, src, in.dtype, full);
+  const CompressedCall call =
+      collectives_.reduce_scatter(*codec, src, dst, in.dtype, full, where(site), measure_);
+  write_back(out, stage_out_);
+  record(site, CommOp::reduce_scatter, in.bytes(), call, since(t0));
+}
+
+void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
+                                    int layer) {
+  const Codec* codec = codec_for(site, layer, out.bytes());
+  if (!codec) return SiteComm::all_gather(in, out, rows, site, layer);
+  TACO_CHECK(in.dtype == out.dtype && in.numel * size_t(size()) == out.numel,
+             std::string("all_gather at ") + site + ": input is not 1/size of the output");
+  const auto t0 = Clock::now();
+  const MessageShape full = shape_of(out.numel, rows, site);
+  const void* src = host(in, stage_in_, true);
+  void* dst = host(out, stage_out_, false);
+  observe(site, src, in.dtype,
+          MessageShape{full.rows == 1 ? 1 : full.rows / size(),
+                       full.rows == 1 ? int64_t(in.numel) : full.cols});
+  const CompressedCall call =
+      collectives_.all_gather(*codec, src, dst, in.dtype, full, where(site), measure_);
+  write_back(out, stage_out_);
+  record(site, CommOp::all_gather, out.bytes(), call, since(t0));
+}
+
+void CompressedSiteComm::send(const Tensor& x, int peer, const char* site, int layer) {
+  const Codec* codec = codec_for(site, layer, x.bytes());
+  if (!codec) return SiteComm::send(x, peer, site, layer);
+  const auto t0 = Clock::now();
+  const MessageShape shape = shape_of(x.numel, 0, site);
+  const void* data = host(x, stage_in_, true);
+  observe(site, data, x.dtype, shape);
+  const CompressedCall call =
+      collectives_.send(*codec, data, x.dtype, shape, peer, /*tag=*/0, measure_);
+  record(site, CommOp::send, x.bytes(), call, since(t0));
+}
+
+void CompressedSiteComm::recv(const Tensor& x, int peer, const char* site, int layer) {
+  const Codec* codec = codec_for(site, layer, x.bytes());
+  if (!codec) return SiteComm::recv(x, peer, site, layer);
+  const auto t0 = Clock::now();
+  void* data = host(x, stage_out_, false);
+  const CompressedCall call = collectives_.recv(*codec, data, x.dtype, shape_of(x.numel, 0, site),
+                                                peer, /*tag=*/0, where(site));
+  write_back(x, stage_out_);
+  record(site, CommOp::recv, x.bytes(), call, since(t0));
+}
+
+void CompressedSiteComm::send_recv(const Tensor& out, int dst, const char* out_site,
+                                   const Tensor& in, int src, const char* in_site) {
+  const Codec* out_codec = codec_for(out_site, -1, out.bytes());
+  const Codec* in_codec = codec_for(in_site, -1, in.bytes());
+  // Both directions compressed or neither: a mixed pair would need two kinds of buffers in one
+  // exchange; it falls back to sending each side as its own message.
+  if (!out_codec && !in_codec) return SiteComm::send_recv(out, dst, out_site, in, src, in_site);
+  if (!out_codec || !in_codec) {
+    // Ordered so that the pair cannot deadlock: the lower rank of the two sends first.
+    if (rank() < dst) {
+      send(out, dst, out_site, -1);
+      recv(in, src, in_site, -1);
+    } else {
+      recv(in, src, in_site, -1);
+      send(out, dst, out_site, -1);
+    }
+    return;
+  }
+  TACO_CHECK(out.dtype == in.dtype, "send_recv with two dtypes");
+  const auto t0 = Clock::now();
+  const void* out_data = host(out, stage_in_, true);
+  void* in_data = host(in, stage_out_, false);
+  const MessageShape out_shape = shape_of(out.numel, 0, out_site);
+  observe(out_site, out_data, out.dtype, out_shape);
+  const CompressedCall call = collectives_.send_recv(
+      {out_codec, const_cast<void*>(out_data), out_shape, where(out_site)}, dst,
+      {in_codec, in_data, shape_of(in.numel, 0, in_site), where(in_site)}, src, out.dtype,
+      /*tag=*/0, measure_);
+  write_back(in, stage_out_);
+  const double seconds = since(t0);
+  CompressedCall sent = call, received;
+  sent.nonfinite_groups = 0;
+  received.nonfinite_groups = call.nonfinite_groups;
+  record(out_site, CommOp::send, out.bytes(), sent, seconds / 2);
+  record(in_site, CommOp::recv, in.bytes(), received, seconds / 2);
+}
+
+}  // namespace taco

@@ -1,0 +1,87 @@
+// A SiteComm that compresses the sites its CompressionPolicy names (DESIGN.md §3, §5).
+//
+// Every call asks the policy for (layer, site, logical bytes). Codec none, a site the policy does
+// not know (sp.grad, tied.grad), or a group of one: the backend's native collective, exactly as
+// SiteComm does it. Otherwise the compressed collective of parallel/compressed_collectives.h.
+// Messages are [rows, cols] as SiteComm's calls pass them (rows = 0: flat, [1, numel]); p2p sends
+// carry no rows and travel flat.
+//
+// Accounting per site (SiteCommStats): logical bytes, wire bytes (the encoded bytes this rank
+// sent), saved bytes (what the native collective would have sent, bytes_sent_estimate, minus
+// that), groups decoded as NaN, and, while measure_errors(true), the error of this rank's own
+// encode/decode round trip of every compressed message (no extra communication). Device tensors
+// are staged through host memory: the CPU codecs run there.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "compression/calibration.h"
+#include "compression/codec.h"
+#include "compression/policy.h"
+#include "parallel/compressed_collectives.h"
+#include "parallel/site_comm.h"
+
+namespace taco {
+
+// group: auto during training (compression/calibration.h): every site the policy still has to
+// calibrate gets a GroupCalibrator, fed the tensors the compressing SiteComms send there during
+// the first calibrate_steps steps. Ranks see different tensors, so world rank 0's choice is the
+// one every rank applies.
+class SiteCalibration {
+ public:
+  explicit SiteCalibration(CompressionPolicy& policy);
+
+  bool active() const { return !pending_.empty(); }
+  // A message sent at `site` while it is being calibrated (host memory).
+  void observe(Site site, const void* x, DType dtype, MessageShape shape);
+  // Ends one training step. On the step that completes calibration, world rank 0's choice for
+  // each site is broadcast over `world` (every rank calls this) and applied to the policy, and
+  // this rank's choices, with rank 0's group and axis, are returned; otherwise {}.
+  std::vector<CalibrationChoice> end_step(Communicator& world);
+
+ private:
+  CompressionPolicy& policy_;
+  std::vector<std::pair<Site, std::unique_ptr<GroupCalibrator>>> pending_;
+};
+
+class CompressedSiteComm : public SiteComm {
+ public:
+  // `policy` (and `calibration`, when given) must outlive this object.
+  CompressedSiteComm(Communicator& comm, const CompressionPolicy& policy,
+                     SiteCalibration* calibration = nullptr);
+
+  // Whether compressed calls measure their error (the trainer turns it on for logged steps).
+  void measure_errors(bool on) { measure_ = on; }
+
+  void all_reduce(const Tensor& x, int rows, const char* site, int layer) override;
+  void reduce_scatter(const Tensor& in, const Tensor& out, int rows, const char* site,
+                      int layer) override;
+  void all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
+                  int layer) override;
+  void send(const Tensor& x, int peer, const char* site, int layer) override;
+  void recv(const Tensor& x, int peer, const char* site, int layer) override;
+  void send_recv(const Tensor& out, int dst, const char* out_site, const Tensor& in, int src,
+                 const char* in_site) override;
+
+ private:
+  // The codec for a message of `bytes` at (site, layer), or nullptr for the native path.
+  const Codec* codec_for(const char* site, int layer, size_t bytes);
+  // Host memory of a tensor: itself, or a copy of a device tensor in `stage` (copy = false
+  // sizes it only); write_back copies a staged result to the device.
+  void* host(const Tensor& t, std::vector<uint8_t>& stage, bool copy);
+  void write_back(const Tensor& t, const std::vector<uint8_t>& stage);
+  void observe(const char* site, const void* x, DType dtype, MessageShape shape);
+  void record(const char* site, CommOp native, size_t logical, const CompressedCall& call,
+              double seconds);
+
+  const CompressionPolicy& policy_;
+  SiteCalibration* calibration_;
+  CompressedCollectives collectives_;
+  std::vector<std::unique_ptr<Codec>> codecs_;  // one per distinct option set, built on first use
+  std::vector<uint8_t> stage_in_, stage_out_;   // host copies of device tensors
+  bool measure_ = false;
+};
+
+}  // namespace taco
