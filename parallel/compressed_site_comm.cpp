@@ -212,7 +212,8 @@ void CompressedSiteComm::send_recv(const Tensor& out, int dst, const char* out_s
   // exchange; it falls back to sending each side as its own message.
   if (!out_codec && !in_codec) return SiteComm::send_recv(out, dst, out_site, in, src, in_site);
   if (!out_codec || !in_codec) {
-    // Ordered so that the pair cannot deadlock: the lower rank of the two sends first.
+    // The pipeline's exchanges are pairs (dst == src); the lower rank of the pair sends first,
+    // so the two blocking calls cannot wait on each other.
     if (rank() < dst) {
       send(out, dst, out_site, -1);
       recv(in, src, in_site, -1);
