@@ -36,12 +36,12 @@ struct ParallelSection {
 };
 
 struct TrainSection {
-  int steps = 300;
+  int steps = 240;
   int micro_batch_size = 8;
-  int64_t global_batch_tokens = 8192;
-  double lr = 1e-3;
+  int64_t global_batch_tokens = 4096;
+  double lr = 3e-3;
   double min_lr_frac = 0.1;
-  int warmup_steps = 30;
+  int warmup_steps = 10;
   double weight_decay = 0.1;
   double grad_clip = 1.0;
   double beta1 = 0.9;
@@ -88,7 +88,7 @@ struct CheckpointSection {
 
 struct LogSection {
   int every = 10;
-  int eval_every = 100;
+  int eval_every = 50;
   int eval_batches = 8;
   bool all_ranks = false;
 };

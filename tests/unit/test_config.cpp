@@ -106,7 +106,7 @@ TEST(Config, EmbeddedDefaultLoads) {
   const Config c = load_config_text(taco::kDefaultConfigYaml, taco::kDefaultConfigName);
   EXPECT_EQ(c.source, taco::kDefaultConfigName);
   EXPECT_EQ(c.model.n_layer, 4);
-  EXPECT_EQ(c.train.global_batch_tokens, 8192);
+  EXPECT_EQ(c.train.global_batch_tokens, 4096);
   EXPECT_EQ(c.compression.default_spec.codec, "none");
 }
 
