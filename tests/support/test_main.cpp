@@ -11,7 +11,6 @@
 // Defined (to any value) by unit-test files whose tests need MPI.
 extern "C" const int taco_test_joins_mpi __attribute__((weak));
 
-
 int main(int argc, char** argv) {
   // A test binary joins MPI when mpirun started it, or when it defines taco_test_joins_mpi
   // (its tests build communicators; alone it is a singleton). Others skip MPI_Init, which costs

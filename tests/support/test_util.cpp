@@ -18,8 +18,10 @@ namespace {
 std::string shell_quote_single(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
   }
   return out;
 }
@@ -69,8 +71,8 @@ std::string clean_mpi_environment() {
     std::string var(*e);
     std::string name = var.substr(0, var.find('='));
     const bool mpi = name.rfind("PMIX_", 0) == 0 || name.rfind("OMPI_", 0) == 0;
-    const bool user_setting = name.rfind("OMPI_ALLOW_RUN_AS_ROOT", 0) == 0 ||
-                              name == "OMPI_MCA_rmaps_base_oversubscribe";
+    const bool user_setting =
+        name.rfind("OMPI_ALLOW_RUN_AS_ROOT", 0) == 0 || name == "OMPI_MCA_rmaps_base_oversubscribe";
     if (mpi && !user_setting) unset += " -u " + name;
   }
   return unset.empty() ? "" : "env" + unset + " ";

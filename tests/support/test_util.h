@@ -38,8 +38,8 @@ std::string read_file(const std::string& path);
 
 // In gpu_ tests: skip (with the reason) when this build has no CUDA or the machine no device.
 #include "engine/runtime/device.h"
-#define TACO_SKIP_WITHOUT_GPU()                                                    \
-  do {                                                                             \
-    if (!::taco::built_with_cuda()) GTEST_SKIP() << "built without CUDA";          \
-    if (::taco::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device found";  \
+#define TACO_SKIP_WITHOUT_GPU()                                                   \
+  do {                                                                            \
+    if (!::taco::built_with_cuda()) GTEST_SKIP() << "built without CUDA";         \
+    if (::taco::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device found"; \
   } while (0)

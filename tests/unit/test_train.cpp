@@ -21,14 +21,19 @@ namespace {
 
 Config small_config(const std::vector<std::string>& extra = {}) {
   const std::string data = test::fortune_shards();
-  std::vector<std::string> overrides = {
-      "model.n_layer=2",          "model.n_head=2",
-      "model.d_model=64",         "model.seq_len=64",
-      "train.micro_batch_size=8", "train.global_batch_tokens=1024",
-      "train.lr=3e-3",            "train.warmup_steps=5",
-      "log.every=1000",           "log.eval_every=0",
-      "log.eval_batches=4",       "data.train=" + data + "/train_*.bin",
-      "data.val=" + data + "/val_*.bin"};
+  std::vector<std::string> overrides = {"model.n_layer=2",
+                                        "model.n_head=2",
+                                        "model.d_model=64",
+                                        "model.seq_len=64",
+                                        "train.micro_batch_size=8",
+                                        "train.global_batch_tokens=1024",
+                                        "train.lr=3e-3",
+                                        "train.warmup_steps=5",
+                                        "log.every=1000",
+                                        "log.eval_every=0",
+                                        "log.eval_batches=4",
+                                        "data.train=" + data + "/train_*.bin",
+                                        "data.val=" + data + "/val_*.bin"};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   std::string yaml = test::read_file(test::source_dir() + "/configs/tiny-cpu.yaml");
   return load_config_text(yaml, "tiny-cpu.yaml", overrides);
@@ -108,8 +113,8 @@ TEST(TacoTrainCli, RunWritesConfigAndParseableMetrics) {
       "cd " + dir + " && " + taco_train() +
       " --set model.n_layer=1 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=32 "
       "--set train.steps=3 --set train.global_batch_tokens=256 --set log.every=1 "
-      "--set run.name=t --set data.train=" + data + "/train_*.bin --set data.val=" + data +
-      "/val_*.bin");
+      "--set run.name=t --set data.train=" +
+      data + "/train_*.bin --set data.val=" + data + "/val_*.bin");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("step     3/3"), std::string::npos) << r.output;
   std::string saved = test::read_file(dir + "/runs/t/config.yaml");
@@ -121,8 +126,10 @@ TEST(TacoTrainCli, RunWritesConfigAndParseableMetrics) {
   while (std::getline(metrics, line)) {
     ASSERT_EQ(line.front(), '{') << line;
     ASSERT_EQ(line.back(), '}') << line;
-    if (line.find("\"val_loss\"") != std::string::npos) ++evals;
-    else if (line.find("\"tok_per_s\"") != std::string::npos) ++steps;
+    if (line.find("\"val_loss\"") != std::string::npos)
+      ++evals;
+    else if (line.find("\"tok_per_s\"") != std::string::npos)
+      ++steps;
   }
   EXPECT_EQ(steps, 3);
   EXPECT_EQ(evals, 1);
