@@ -179,7 +179,7 @@ void Gpt::add_position_grads(const Tensor& dx, int row0, int rows) {
 void Gpt::forward_embedding(SlotActs& s) {
   const ParamInfo& wte = layout_.get("wte");
   const int vocab_start = tp_->rank() * V_local_;
-  const Tensor x0 = stage_input(int(&s - slots_.data()));
+  const Tensor x0 = s.layers.empty() ? s.resid_final : s.layers[0].resid;  // stage input
   const Tensor tok = sp_ ? full_a_ : x0;
   ops::token_embedding_forward(tok, s.tokens, param(wte), N_, C_, vocab_start, wte.valid_rows);
   if (sp_)
