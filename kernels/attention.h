@@ -43,4 +43,11 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
                         const float* lse, int B, int T, int C, int NH, void* scratch,
                         Stream stream);
 
+// For tests and benchmarks: the backward kernel's tile shapes for a head size (64 or 128), by
+// index, and the one attention_backward uses (process-wide; index 0, the measured fastest on an
+// H200, by default).
+int attention_backward_variants(int head_size);
+const char* attention_backward_variant_name(int head_size, int index);
+void attention_backward_select(int head_size, int index);
+
 }  // namespace taco::cuda

@@ -11,7 +11,12 @@ namespace {
 // Row statistics (LayerNorm mean/rstd, cross-entropy pieces, losses) stay in fp32 when the
 // activations are bf16.
 DType stat_dtype(DType dtype) { return dtype == DType::bf16 ? DType::f32 : dtype; }
-std::string block(int l) { return "h" + std::to_string(l) + "."; }
+std::string block(int l) {
+  std::string name = "h";  // built step by step: GCC 12 warns falsely (-Wrestrict) on "h" + ...
+  name += std::to_string(l);
+  name += '.';
+  return name;
+}
 }  // namespace
 
 Gpt::Gpt(const ParamLayout& layout, int micro_batch, int slots, DeviceKind device, DType dtype,
@@ -95,7 +100,8 @@ void Gpt::plan(Arena& arena) {
   want(dqkv_, "dqkv", N * 3 * Cl, dtype_);
   want(datty_, "datty", N * Cl, dtype_);
   want(dfch_, "dfch", N * 4 * Cl, dtype_);
-  want(dfch_gelu_, "dfch_gelu", N * 4 * Cl, dtype_);
+  if (ops::matmul_gelu_backward_needs_scratch(device_))
+    want(dfch_gelu_, "dfch_gelu", N * 4 * Cl, dtype_);
   want(attn_scratch_, "attn_scratch",
        ops::attention_backward_scratch_bytes(device_, B_, T_, C_local_, NH_local_), DType::u8);
 }
@@ -132,18 +138,18 @@ void Gpt::set_batch(int slot, const int32_t* inputs, const int32_t* targets) {
   if (targets) device_copy(s.targets.data, targets, N_ * sizeof(int32_t), device_, DeviceKind::cpu);
 }
 
-double Gpt::forward(const int32_t* inputs, const int32_t* targets) {
+double Gpt::forward(const int32_t* inputs, const int32_t* targets, float dloss) {
   set_batch(0, inputs, targets);
-  return forward_stage(0);
+  return forward_stage(0, dloss);
 }
 
 void Gpt::backward(float dloss) { backward_stage(0, dloss); }
 
-double Gpt::forward_stage(int slot) {
+double Gpt::forward_stage(int slot, float dloss) {
   SlotActs& s = slots_[slot];
   if (layout_.spec().has_embedding) forward_embedding(s);
   for (size_t i = 0; i < s.layers.size(); ++i) forward_block(s, int(i));
-  return layout_.spec().has_head ? forward_head(s) : 0.0;
+  return layout_.spec().has_head ? forward_head(s, dloss) : 0.0;
 }
 
 void Gpt::backward_stage(int slot, float dloss) {
@@ -208,51 +214,68 @@ void Gpt::forward_block(SlotActs& s, int i) {
   const std::string h = block(l);
   LayerActs& a = s.layers[i];
   const Tensor& x = a.resid;
-  const Tensor& x_out = size_t(i) + 1 < s.layers.size() ? s.layers[i + 1].resid : s.resid_final;
+  const bool last = size_t(i) + 1 == s.layers.size();
+  const Tensor& x_out = last ? s.resid_final : s.layers[i + 1].resid;
   const int N = N_, Nr = Nr_, C = C_, Cl = C_local_;
   const bool tp1 = tp_->size() == 1;
 
-  // LN -> (SP: all-gather rows) -> column-parallel matmul input.
-  auto norm_into = [&](const Tensor& ln, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                       const char* ln_name, const char* site) {
-    const Tensor out = sp_ ? shard_ : ln;
-    ops::layernorm_forward(out, mean, rstd, inp, param(h + ln_name + "_w"),
-                           param(h + ln_name + "_b"), Nr, C);
+  // A LayerNorm writes this rank's rows: under SP into shard_, all-gathered into the full input
+  // of the column-parallel matmul by spread(); else straight into it.
+  auto ln_rows = [&](const Tensor& ln) { return sp_ ? shard_ : ln; };
+  auto spread = [&](const Tensor& ln, const char* site) {
     if (sp_)
       tp_->gather_from_sp_region_forward(shard_, ln, N, site, l);
     else
       tp_->copy_to_tp_region_forward(ln, N, site, l);
   };
-  // Row-parallel matmul partial sums -> all-reduce (SP: reduce-scatter) -> bias -> residual.
-  auto reduce_into = [&](const Tensor& partial, const std::string& bias, const Tensor& resid_in,
-                         const Tensor& resid_out, const char* site) {
+  // Row-parallel matmul partial sums -> all-reduce (SP: reduce-scatter into full_b_, free in the
+  // forward) -> bias. The residual add follows, fused with the next LayerNorm.
+  auto reduce = [&](const Tensor& partial, const std::string& bias, const char* site) {
     Tensor reduced = partial;
     if (sp_) {
-      tp_->reduce_scatter_to_sp_region_forward(partial, shard_, N, site, l);
-      reduced = shard_;
+      reduced = full_b_.slice(0, size_t(Nr) * C);
+      tp_->reduce_scatter_to_sp_region_forward(partial, reduced, N, site, l);
     } else {
       tp_->reduce_from_tp_region_forward(partial, N, site, l);
     }
     if (!tp1) ops::bias_add(reduced, param(bias), Nr, C);
-    ops::residual_forward(resid_out, resid_in, reduced);
+    return reduced;
   };
 
-  // Attention: x2 = x + proj(attention(qkv(LN1(x)))).
-  norm_into(a.ln1, a.ln1_mean, a.ln1_rstd, x, "ln1", "attn.in.fwd");
+  // Attention: x2 = x + proj(attention(qkv(LN1(x)))). LN1 was done with the previous block's
+  // residual add, except in a stage's first block.
+  if (i == 0)
+    ops::layernorm_forward(ln_rows(a.ln1), a.ln1_mean, a.ln1_rstd, x, param(h + "ln1_w"),
+                           param(h + "ln1_b"), Nr, C);
+  spread(a.ln1, "attn.in.fwd");
   ops::matmul_forward(a.qkv, a.ln1, param(h + "qkv_w"), param(h + "qkv_b"), N, C, 3 * Cl);
   ops::attention_forward(a.atty, a.att_saved, a.qkv, B_, T_, Cl, NH_local_);
   // With tp > 1 the row-parallel bias joins once, after the partial sums are reduced.
   ops::matmul_forward(full_a_, a.atty, param(h + "proj_w"), tp1 ? param(h + "proj_b") : Tensor{}, N,
                       Cl, C);
-  reduce_into(full_a_, h + "proj_b", x, a.resid2, "attn.out.fwd");
+  Tensor r = reduce(full_a_, h + "proj_b", "attn.out.fwd");
+  ops::residual_layernorm_forward(a.resid2, ln_rows(a.ln2), a.ln2_mean, a.ln2_rstd, x, r,
+                                  param(h + "ln2_w"), param(h + "ln2_b"), Nr, C);
 
   // MLP: x_out = x2 + fc2(gelu(fc(LN2(x2)))).
-  norm_into(a.ln2, a.ln2_mean, a.ln2_rstd, a.resid2, "ln2", "mlp.in.fwd");
-  ops::matmul_forward(a.fch, a.ln2, param(h + "fc_w"), param(h + "fc_b"), N, C, 4 * Cl);
-  ops::gelu_forward(a.fch_gelu, a.fch);
+  spread(a.ln2, "mlp.in.fwd");
+  ops::matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, param(h + "fc_w"), param(h + "fc_b"), N, C,
+                           4 * Cl);
   ops::matmul_forward(full_a_, a.fch_gelu, param(h + "fc2_w"), tp1 ? param(h + "fc2_b") : Tensor{},
                       N, 4 * Cl, C);
-  reduce_into(full_a_, h + "fc2_b", a.resid2, x_out, "mlp.out.fwd");
+  r = reduce(full_a_, h + "fc2_b", "mlp.out.fwd");
+  // The next LayerNorm joins this residual add: the next block's LN1, or the head's final one.
+  if (!last) {
+    LayerActs& n = s.layers[i + 1];
+    const std::string hn = block(l + 1);
+    ops::residual_layernorm_forward(x_out, ln_rows(n.ln1), n.ln1_mean, n.ln1_rstd, a.resid2, r,
+                                    param(hn + "ln1_w"), param(hn + "ln1_b"), Nr, C);
+  } else if (layout_.spec().has_head) {
+    ops::residual_layernorm_forward(x_out, lnf_, lnf_mean_, lnf_rstd_, a.resid2, r,
+                                    param("lnf_w"), param("lnf_b"), Nr, C);
+  } else {
+    ops::residual_forward(x_out, a.resid2, r);
+  }
 }
 
 void Gpt::backward_block(SlotActs& s, int i) {
@@ -287,9 +310,8 @@ void Gpt::backward_block(SlotActs& s, int i) {
   // MLP: dresid = d(x_out) flows unchanged into d(x2) and into the fc2 output. The fc2 bias
   // gradient is summed over every token row, so it is complete on every tp rank.
   Tensor dout = output_grad("mlp.out.bwd");
-  ops::matmul_backward(dfch_gelu_, grad(h + "fc2_w"), grad(h + "fc2_b"), dout, a.fch_gelu,
-                       param(h + "fc2_w"), N, 4 * Cl, C);
-  ops::gelu_backward(dfch_, a.fch, dfch_gelu_);
+  ops::matmul_gelu_backward(dfch_, grad(h + "fc2_w"), grad(h + "fc2_b"), dout, a.fch_gelu,
+                            param(h + "fc2_w"), a.fch, dfch_gelu_, N, 4 * Cl, C);
   ops::matmul_backward(full_b_, grad(h + "fc_w"), grad(h + "fc_b"), dfch_, a.ln2, param(h + "fc_w"),
                        N, C, 4 * Cl);
   norm_backward(a.resid2, a.ln2_mean, a.ln2_rstd, "ln2", "mlp.in.bwd");
@@ -307,23 +329,35 @@ void Gpt::backward_block(SlotActs& s, int i) {
 
 // Final LayerNorm, tied head (vocab-parallel logits), vocab-parallel cross-entropy: the logits
 // are never gathered; only per-row max, sum-exp and target logit are reduced over tp.
-double Gpt::forward_head(SlotActs& s) {
+double Gpt::forward_head(SlotActs& s, float dloss) {
   const ParamInfo& wte = layout_.get("wte");
   const int vocab_start = tp_->rank() * V_local_;
-  ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, s.resid_final, param("lnf_w"), param("lnf_b"),
-                         Nr_, C_);
+  if (s.layers.empty())  // else the last block's residual add did it
+    ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, s.resid_final, param("lnf_w"),
+                           param("lnf_b"), Nr_, C_);
   if (sp_)
     tp_->gather_from_sp_region_forward(lnf_, lnf_full_, N_, "head.in.fwd", -1);
   else
     tp_->copy_to_tp_region_forward(lnf_, N_, "head.in.fwd", -1);
   ops::matmul_forward(logits_, lnf_full_, param(wte), Tensor{}, N_, C_, V_local_);
-  ops::crossentropy_row_max(ce_max_, logits_, N_, V_local_, wte.valid_rows);
-  tp_->all_reduce_max(ce_max_);
-  ops::crossentropy_sumexp_target(ce_sumexp_, ce_target_, logits_, ce_max_, s.targets, N_, V_local_,
-                                  wte.valid_rows, vocab_start);
-  tp_->all_reduce_sum(ce_sumexp_);
-  tp_->all_reduce_sum(ce_target_);
-  ops::crossentropy_loss(losses_, ce_max_, ce_sumexp_, ce_target_, N_);
+  dlogits_owner_ = nullptr;
+  if (tp_->size() == 1) {
+    // The whole vocabulary here: loss and, when a backward follows, dlogits in one pass.
+    ops::fused_classifier(logits_, losses_, s.targets, dloss, N_, V_local_, wte.valid_rows,
+                          ce_max_, ce_sumexp_, ce_target_);
+    if (dloss != 0.f) {
+      dlogits_owner_ = &s;
+      dlogits_scale_ = dloss;
+    }
+  } else {
+    ops::crossentropy_row_max(ce_max_, logits_, N_, V_local_, wte.valid_rows);
+    tp_->all_reduce_max(ce_max_);
+    ops::crossentropy_sumexp_target(ce_sumexp_, ce_target_, logits_, ce_max_, s.targets, N_,
+                                    V_local_, wte.valid_rows, vocab_start);
+    tp_->all_reduce_sum(ce_sumexp_);
+    tp_->all_reduce_sum(ce_target_);
+    ops::crossentropy_loss(losses_, ce_max_, ce_sumexp_, ce_target_, N_);
+  }
 
   // Sum the per-token losses on the host, in double.
   host_losses_.resize(N_);
@@ -342,9 +376,20 @@ double Gpt::forward_head(SlotActs& s) {
 void Gpt::backward_head(SlotActs& s, float dloss) {
   const ParamInfo& wte = layout_.get("wte");
   const int vocab_start = tp_->rank() * V_local_;
-  // Cross-entropy writes dlogits over the logits; the head's backward gives d(lnf) and d(wte).
-  ops::crossentropy_backward(logits_, ce_max_, ce_sumexp_, s.targets, dloss, N_, V_local_,
-                             wte.valid_rows, vocab_start);
+  // Cross-entropy writes dlogits over the logits (the fused classifier may have done so in the
+  // forward); the head's backward gives d(lnf) and d(wte).
+  if (tp_->size() == 1) {
+    if (dlogits_owner_ == &s) {
+      TACO_CHECK(dlogits_scale_ == dloss, "backward_stage: dloss differs from forward_stage's");
+    } else {  // the forward ran without dloss: its logits are intact
+      ops::fused_classifier(logits_, losses_, s.targets, dloss, N_, V_local_, wte.valid_rows,
+                            ce_max_, ce_sumexp_, ce_target_);
+    }
+    dlogits_owner_ = nullptr;
+  } else {
+    ops::crossentropy_backward(logits_, ce_max_, ce_sumexp_, s.targets, dloss, N_, V_local_,
+                               wte.valid_rows, vocab_start);
+  }
   ops::matmul_backward(full_b_, grad(wte), Tensor{}, logits_, lnf_full_, param(wte), N_, C_,
                        V_local_);
   Tensor dlnf = full_b_;

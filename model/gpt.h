@@ -48,13 +48,15 @@ class Gpt {
 
   // One stage holding the whole model: forward over B rows of T tokens (host arrays [B, T])
   // returns the sum of the per-token losses; backward adds the gradients of sum(loss) * dloss.
-  double forward(const int32_t* inputs, const int32_t* targets);
+  // A forward given the dloss of the backward that follows may start that backward early (the
+  // fused classifier writes dlogits with the loss); dloss = 0 (evaluation) leaves it all.
+  double forward(const int32_t* inputs, const int32_t* targets, float dloss = 0.f);
   void backward(float dloss);
 
   // Pipeline pieces. set_batch gives a slot its tokens (inputs used on the first stage, targets
   // on the last); forward_stage returns the loss sum on the last stage and 0 elsewhere.
   void set_batch(int slot, const int32_t* inputs, const int32_t* targets);
-  double forward_stage(int slot);
+  double forward_stage(int slot, float dloss = 0.f);
   void backward_stage(int slot, float dloss);
   Tensor stage_input(int slot) const;   // [Nr, C] a non-first stage receives before forward
   Tensor stage_output(int slot) const;  // [Nr, C] a non-last stage sends after forward
@@ -81,7 +83,7 @@ class Gpt {
   };
   void forward_embedding(SlotActs& s);
   void forward_block(SlotActs& s, int i);
-  double forward_head(SlotActs& s);
+  double forward_head(SlotActs& s, float dloss);
   void backward_head(SlotActs& s, float dloss);
   void backward_block(SlotActs& s, int i);
   void backward_embedding(SlotActs& s);
@@ -104,6 +106,10 @@ class Gpt {
   std::vector<SlotActs> slots_;
   // Shared between forward and backward of one micro-batch on this stage.
   Tensor lnf_, lnf_full_, lnf_mean_, lnf_rstd_, logits_;
+  // The slot whose dlogits the last forward_head already wrote over logits_ (one logits buffer:
+  // on the last stage a micro-batch's backward follows its forward), and with which dloss.
+  const SlotActs* dlogits_owner_ = nullptr;
+  float dlogits_scale_ = 0.f;
   Tensor ce_max_, ce_sumexp_, ce_target_, losses_;
   Tensor dresid_, full_a_, full_b_, shard_, dqkv_, datty_, dfch_, dfch_gelu_, attn_scratch_;
   std::vector<size_t> handles_;

@@ -159,6 +159,27 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
                                         ptr<Real>(saved), B, T, C, NH));
 }
 
+void matmul_gelu_forward(const Tensor& out, const Tensor& pre_gelu, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias, int N, int IC, int OC) {
+  if (on_gpu(out))
+    return cuda_ops::matmul_gelu_forward(out, pre_gelu, inp, weight, bias, N, IC, OC);
+  matmul_forward(pre_gelu, inp, weight, bias, N, IC, OC);
+  gelu_forward(out, pre_gelu);
+}
+
+bool matmul_gelu_backward_needs_scratch(DeviceKind device) { return device != DeviceKind::cuda; }
+
+void matmul_gelu_backward(const Tensor& dpre, const Tensor& dweight, const Tensor& dbias,
+                          const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                          const Tensor& pre_gelu, const Tensor& scratch, int N, int IC, int OC) {
+  if (on_gpu(dpre))
+    return cuda_ops::matmul_gelu_backward(dpre, dweight, dbias, dout, inp, weight, pre_gelu, N, IC,
+                                          OC);
+  TACO_CHECK(scratch.numel == size_t(N) * IC, "matmul_gelu_backward: scratch must be [N, IC]");
+  matmul_backward(scratch, dweight, dbias, dout, inp, weight, N, IC, OC);
+  gelu_backward(dpre, pre_gelu, scratch);
+}
+
 void gelu_forward(const Tensor& out, const Tensor& inp) {
   if (on_gpu(out)) return cuda_ops::gelu_forward(out, inp);
   TACO_CPU_REAL("gelu_forward", out, cpu::gelu_forward(ptr<Real>(out), ptr<Real>(inp), out.numel));
@@ -175,6 +196,18 @@ void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (on_gpu(out)) return cuda_ops::residual_forward(out, a, b);
   TACO_CPU_REAL("residual_forward", out,
                 cpu::residual_forward(ptr<Real>(out), ptr<Real>(a), ptr<Real>(b), out.numel));
+}
+
+void residual_layernorm_forward(const Tensor& residual_out, const Tensor& out, const Tensor& mean,
+                                const Tensor& rstd, const Tensor& a, const Tensor& b,
+                                const Tensor& weight, const Tensor& bias, int N, int C) {
+  TACO_CHECK(out.data != a.data && out.data != b.data,
+             "residual_layernorm_forward: out may not alias an input");
+  if (on_gpu(out))
+    return cuda_ops::residual_layernorm_forward(residual_out, out, mean, rstd, a, b, weight, bias,
+                                                N, C);
+  residual_forward(residual_out, a, b);
+  layernorm_forward(out, mean, rstd, residual_out, weight, bias, N, C);
 }
 
 void add_inplace(const Tensor& y, const Tensor& x) {
@@ -223,6 +256,25 @@ void crossentropy_backward(const Tensor& logits, const Tensor& row_max, const Te
                 cpu::crossentropy_backward(ptr<Real>(logits), ptr<Real>(logits), ptr<Real>(row_max),
                                            ptr<Real>(sumexp), ids(targets), Real(dloss), N, V,
                                            V_valid, vocab_start));
+}
+
+void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& targets, float dloss,
+                      int N, int V, int V_valid, const Tensor& row_max, const Tensor& sumexp,
+                      const Tensor& target_logit) {
+  if (on_gpu(logits))
+    return cuda_ops::fused_classifier(logits, loss, targets, dloss, N, V, V_valid);
+  crossentropy_row_max(row_max, logits, N, V, V_valid);
+  crossentropy_sumexp_target(sumexp, target_logit, logits, row_max, targets, N, V, V_valid, 0);
+  crossentropy_loss(loss, row_max, sumexp, target_logit, N);
+  if (dloss != 0.f) crossentropy_backward(logits, row_max, sumexp, targets, dloss, N, V, V_valid, 0);
+}
+
+double sum_of_squares(const std::vector<Tensor>& pieces) {
+  if (pieces.empty()) return 0;
+  if (on_gpu(pieces[0])) return cuda_ops::sum_of_squares(pieces);
+  double r = 0;
+  for (const Tensor& p : pieces) r += sum_of_squares(p);
+  return r;
 }
 
 double sum_of_squares(const Tensor& x) {

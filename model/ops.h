@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/runtime/tensor.h"
 
@@ -49,10 +50,28 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
                         const Tensor& out, const Tensor& saved, const Tensor& scratch, int B, int T,
                         int C, int NH);
 
+// The MLP's first layer and its GELU: pre_gelu = inp weight^T + bias and out = gelu(pre_gelu),
+// both written. On CUDA one GEMM with a GELU epilogue; elsewhere matmul_forward + gelu_forward.
+void matmul_gelu_forward(const Tensor& out, const Tensor& pre_gelu, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias, int N, int IC, int OC);
+// The MLP's second layer backward on through the GELU: dpre = (dout weight) * gelu'(pre_gelu)
+// WRITTEN ([N, IC]); dweight, dbias ADDED; `inp` = gelu(pre_gelu). On CUDA one GEMM with a dGELU
+// epilogue; elsewhere matmul_backward into `scratch` [N, IC], then gelu_backward.
+void matmul_gelu_backward(const Tensor& dpre, const Tensor& dweight, const Tensor& dbias,
+                          const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                          const Tensor& pre_gelu, const Tensor& scratch, int N, int IC, int OC);
+// Is scratch needed by matmul_gelu_backward on this device?
+bool matmul_gelu_backward_needs_scratch(DeviceKind device);
+
 void gelu_forward(const Tensor& out, const Tensor& inp);
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);
 
 void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b);
+// residual_out = a + b (may alias a or b, not out) and out = LayerNorm(residual_out); the same
+// bits as residual_forward + layernorm_forward, in one kernel on CUDA.
+void residual_layernorm_forward(const Tensor& residual_out, const Tensor& out, const Tensor& mean,
+                                const Tensor& rstd, const Tensor& a, const Tensor& b,
+                                const Tensor& weight, const Tensor& bias, int N, int C);
 void add_inplace(const Tensor& y, const Tensor& x);
 // out [N, C] += bias [C] on every row.
 void bias_add(const Tensor& out, const Tensor& bias, int N, int C);
@@ -70,7 +89,17 @@ void crossentropy_backward(const Tensor& logits, const Tensor& row_max, const Te
                            const Tensor& targets, float dloss, int N, int V, int V_valid,
                            int vocab_start);
 
+// The whole vocabulary on this rank (no tp split of the head): loss [N] WRITTEN and, with
+// dloss != 0, dlogits = d(sum(loss) * dloss)/dlogits written over the logits (else the logits
+// are untouched). One kernel on CUDA; the four pieces above elsewhere, using the row-statistic
+// buffers (each [N]).
+void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& targets, float dloss,
+                      int N, int V, int V_valid, const Tensor& row_max, const Tensor& sumexp,
+                      const Tensor& target_logit);
+
 // Sum of squares in double (for the global gradient norm).
 double sum_of_squares(const Tensor& x);
+// The same over several pieces with one host synchronization.
+double sum_of_squares(const std::vector<Tensor>& pieces);
 
 }  // namespace taco::ops

@@ -161,6 +161,22 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
                            kStream);
 }
 
+void matmul_gelu_forward(const Tensor& out, const Tensor& pre_gelu, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias, int N, int IC, int OC) {
+  const char* op = "matmul_gelu_forward";
+  cuda::matmul_forward(bf(out, op, "out"), bf(inp, op, "inp"), bf(weight, op, "weight"),
+                       bf(bias, op, "bias"), N, IC, OC, bf(pre_gelu, op, "pre_gelu"), kStream);
+}
+
+void matmul_gelu_backward(const Tensor& dpre, const Tensor& dweight, const Tensor& dbias,
+                          const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                          const Tensor& pre_gelu, int N, int IC, int OC) {
+  const char* op = "matmul_gelu_backward";
+  cuda::matmul_backward(bf(dpre, op, "dpre"), bf(dweight, op, "dweight"), bf(dbias, op, "dbias"),
+                        bf(dout, op, "dout"), bf(inp, op, "inp"), bf(weight, op, "weight"), N, IC,
+                        OC, bf(pre_gelu, op, "pre_gelu"), kStream);
+}
+
 void gelu_forward(const Tensor& out, const Tensor& inp) {
   const char* op = "gelu_forward";
   cuda::gelu_forward(bf(out, op, "out"), bf(inp, op, "inp"), out.numel, kStream);
@@ -175,6 +191,16 @@ void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
 void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
   const char* op = "residual_forward";
   cuda::residual_forward(bf(out, op, "out"), bf(a, op, "a"), bf(b, op, "b"), out.numel, kStream);
+}
+
+void residual_layernorm_forward(const Tensor& residual_out, const Tensor& out, const Tensor& mean,
+                                const Tensor& rstd, const Tensor& a, const Tensor& b,
+                                const Tensor& weight, const Tensor& bias, int N, int C) {
+  const char* op = "residual_layernorm_forward";
+  cuda::fused_residual_layernorm_forward(bf(residual_out, op, "residual_out"), bf(out, op, "out"),
+                                         f32(mean, op, "mean"), f32(rstd, op, "rstd"),
+                                         bf(a, op, "a"), bf(b, op, "b"), bf(weight, op, "weight"),
+                                         bf(bias, op, "bias"), N, C, kStream);
 }
 
 void add_inplace(const Tensor& y, const Tensor& x) {
@@ -221,9 +247,20 @@ void crossentropy_backward(const Tensor& logits, const Tensor& row_max, const Te
                               kStream);
 }
 
-double sum_of_squares(const Tensor& x) {
+void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& targets, float dloss,
+                      int N, int V, int V_valid) {
+  const char* op = "fused_classifier";
+  cuda::fused_classifier(bf(logits, op, "logits"), f32(loss, op, "loss"),
+                         i32(targets, op, "targets"), dloss, N, V, V_valid, dloss != 0.f, kStream);
+}
+
+double sum_of_squares(const Tensor& x) { return sum_of_squares(std::vector<Tensor>{x}); }
+
+double sum_of_squares(const std::vector<Tensor>& pieces) {
   double* slot = norm_slot();
-  cuda::sum_of_squares(slot, bf(x, "sum_of_squares", "x"), x.numel, /*accumulate=*/false, kStream);
+  TACO_CHECK_CUDA(cudaMemsetAsync(slot, 0, sizeof(double), kStream));
+  for (const Tensor& x : pieces)
+    cuda::sum_of_squares(slot, bf(x, "sum_of_squares", "x"), x.numel, /*accumulate=*/true, kStream);
   double result = 0;
   TACO_CHECK_CUDA(cudaMemcpy(&result, slot, sizeof(double), cudaMemcpyDeviceToHost));
   return result;
@@ -279,9 +316,22 @@ void attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tenso
                         const Tensor&, int, int, int, int) {
   no_cuda("attention_backward");
 }
+void matmul_gelu_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         int, int, int) {
+  no_cuda("matmul_gelu_forward");
+}
+void matmul_gelu_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                          const Tensor&, const Tensor&, int, int, int) {
+  no_cuda("matmul_gelu_backward");
+}
 void gelu_forward(const Tensor&, const Tensor&) { no_cuda("gelu_forward"); }
 void gelu_backward(const Tensor&, const Tensor&, const Tensor&) { no_cuda("gelu_backward"); }
 void residual_forward(const Tensor&, const Tensor&, const Tensor&) { no_cuda("residual_forward"); }
+void residual_layernorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                const Tensor&, const Tensor&, const Tensor&, const Tensor&, int,
+                                int) {
+  no_cuda("residual_layernorm_forward");
+}
 void add_inplace(const Tensor&, const Tensor&) { no_cuda("add_inplace"); }
 void bias_add(const Tensor&, const Tensor&, int, int) { no_cuda("bias_add"); }
 void crossentropy_row_max(const Tensor&, const Tensor&, int, int, int) {
@@ -298,7 +348,11 @@ void crossentropy_backward(const Tensor&, const Tensor&, const Tensor&, const Te
                            int, int, int) {
   no_cuda("crossentropy_backward");
 }
+void fused_classifier(const Tensor&, const Tensor&, const Tensor&, float, int, int, int) {
+  no_cuda("fused_classifier");
+}
 double sum_of_squares(const Tensor&) { no_cuda("sum_of_squares"); }
+double sum_of_squares(const std::vector<Tensor>&) { no_cuda("sum_of_squares"); }
 
 }  // namespace taco::ops::cuda_ops
 

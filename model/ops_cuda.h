@@ -2,6 +2,8 @@
 // kernels/cuda. In a build without CUDA they throw (no tensor can live on a GPU there).
 #pragma once
 
+#include <vector>
+
 #include "engine/runtime/tensor.h"
 
 namespace taco::ops::cuda_ops {
@@ -31,9 +33,17 @@ void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                         const Tensor& out, const Tensor& saved, const Tensor& scratch, int B, int T,
                         int C, int NH);
+void matmul_gelu_forward(const Tensor& out, const Tensor& pre_gelu, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias, int N, int IC, int OC);
+void matmul_gelu_backward(const Tensor& dpre, const Tensor& dweight, const Tensor& dbias,
+                          const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                          const Tensor& pre_gelu, int N, int IC, int OC);
 void gelu_forward(const Tensor& out, const Tensor& inp);
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);
 void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b);
+void residual_layernorm_forward(const Tensor& residual_out, const Tensor& out, const Tensor& mean,
+                                const Tensor& rstd, const Tensor& a, const Tensor& b,
+                                const Tensor& weight, const Tensor& bias, int N, int C);
 void add_inplace(const Tensor& y, const Tensor& x);
 void bias_add(const Tensor& out, const Tensor& bias, int N, int C);
 void crossentropy_row_max(const Tensor& row_max, const Tensor& logits, int N, int V, int V_valid);
@@ -45,6 +55,9 @@ void crossentropy_loss(const Tensor& loss, const Tensor& row_max, const Tensor& 
 void crossentropy_backward(const Tensor& logits, const Tensor& row_max, const Tensor& sumexp,
                            const Tensor& targets, float dloss, int N, int V, int V_valid,
                            int vocab_start);
+void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& targets, float dloss,
+                      int N, int V, int V_valid);
 double sum_of_squares(const Tensor& x);
+double sum_of_squares(const std::vector<Tensor>& pieces);
 
 }  // namespace taco::ops::cuda_ops

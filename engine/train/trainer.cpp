@@ -238,14 +238,24 @@ namespace {
 // rank 0, the tied embedding's last-stage copy not at all.
 double local_grad_sumsq(const Gpt& model, const GridCoord& coord, bool last_stage_copy_of_wte,
                         size_t begin, size_t end) {
-  double sum = 0;
+  // Contiguous runs of counted parameters, summed with one host synchronization.
+  std::vector<Tensor> runs;
+  size_t run_lo = 0, run_hi = 0;
+  auto flush = [&] {
+    if (run_lo < run_hi) runs.push_back(model.grads().slice(run_lo, run_hi - run_lo));
+    run_lo = run_hi = 0;
+  };
   for (const ParamInfo& p : model.layout().params()) {
     if (p.shard == Shard::replicated && coord.tp != 0) continue;
     if (p.name == "wte" && last_stage_copy_of_wte) continue;
     const size_t lo = std::max(p.offset, begin), hi = std::min(p.offset + p.numel(), end);
-    if (lo < hi) sum += ops::sum_of_squares(model.grads().slice(lo, hi - lo));
+    if (lo >= hi) continue;
+    if (lo != run_hi) flush();
+    if (run_lo == run_hi) run_lo = lo;
+    run_hi = hi;
   }
-  return sum;
+  flush();
+  return ops::sum_of_squares(runs);
 }
 
 // {"attn.out.fwd": {"bytes": .., "wire_bytes": .., "rel_err": .., ...}, ...}: rank 0's traffic
@@ -333,7 +343,7 @@ TrainHistory Trainer::run() {
                                  s.inputs.data(), s.targets.data());
       s.model->set_batch(slot, s.inputs.data(), s.targets.data());
     }
-    const double loss = s.model->forward_stage(slot);
+    const double loss = s.model->forward_stage(slot, dloss);
     if (s.last_stage() && coord.tp == 0) loss_sum += loss;
   };
   stage.backward = [&](int, int slot) { s.model->backward_stage(slot, dloss); };

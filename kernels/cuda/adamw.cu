@@ -41,7 +41,7 @@ struct AdamW {
   float* m;
   float* v;
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
-  float bias_correction1, bias_correction2;  // 1 - beta^t
+  float inv_bias_correction1, inv_bias_correction2;  // 1 / (1 - beta^t)
   uint64_t rounding_seed;
   uint32_t step;
 
@@ -61,7 +61,8 @@ struct AdamW {
       const float ge = g[e] * grad_scale;
       mm[e] = beta1 * mm[e] + (1.f - beta1) * ge;
       vv[e] = beta2 * vv[e] + (1.f - beta2) * ge * ge;
-      p[e] -= lr * (mm[e] / bias_correction1 / (sqrtf(vv[e] / bias_correction2) + eps) +
+      // One division per element: the bias corrections are reciprocals taken once per launch.
+      p[e] -= lr * (mm[e] * inv_bias_correction1 / (sqrtf(vv[e] * inv_bias_correction2) + eps) +
                     weight_decay * p[e]);
     }
     store<W>(m + i, mm);
@@ -114,8 +115,8 @@ void adamw_update(bf16* params, float* master, const bf16* grads, float* m, floa
            hp.eps,
            hp.weight_decay,
            hp.grad_scale,
-           float(1.0 - std::pow(double(hp.beta1), double(hp.step))),
-           float(1.0 - std::pow(double(hp.beta2), double(hp.step))),
+           float(1.0 / (1.0 - std::pow(double(hp.beta1), double(hp.step)))),
+           float(1.0 / (1.0 - std::pow(double(hp.beta2), double(hp.step)))),
            rounding_seed,
            uint32_t(hp.step)};
   const bool vec = detail::aligned16(params) && detail::aligned16(master) &&

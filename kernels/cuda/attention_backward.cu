@@ -12,6 +12,9 @@
 //            the dq accumulator with fp32 atomics;
 //   finish:  dq = bf16(scale * accumulator) into the q third of dqkv.
 // The kernel works in the transposed frame (keys are MMA rows): S^T = K Q^T, dP^T = V dO^T.
+#include <atomic>
+#include <iterator>
+
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_mma.cuh"
 
@@ -42,8 +45,9 @@ struct BackwardConfig {
 
 // hs 64: K, V fragments (32 registers) stay resident next to dK, dV (64).
 // hs 128: dK, dV take 128 registers; K, V fragments are re-read and query tiles are 32 rows.
-using Backward64 = BackwardConfig<64, 64, 4, true>;
-using Backward128 = BackwardConfig<128, 32, 4, false>;
+// Each head size has a few tile shapes (the first is the default, see attention_backward_select):
+// more warps per block share one query tile among more keys, so Q and dO are read, and dQ is
+// added with atomics, fewer times.
 
 // Scratch layout: D [B, NH, T] fp32, then the dq accumulator [B, T, C] fp32 at 256-byte offset.
 size_t dvec_bytes(int B, int T, int NH) {
@@ -371,6 +375,58 @@ size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
   return dvec_bytes(B, T, NH) + size_t(B) * T * C * sizeof(float);
 }
 
+namespace {
+
+using Launcher = void (*)(bf16_t*, const bf16_t*, const bf16_t*, const bf16_t*, const float*, int,
+                          int, int, int, void*, cudaStream_t);
+struct Variant {
+  const char* name;
+  Launcher launch;
+};
+template <class Cfg>
+constexpr Variant variant(const char* name) {
+  return {name, &launch_backward<Cfg>};
+}
+
+constexpr Variant kVariants64[] = {
+    variant<BackwardConfig<64, 64, 4, true>>("hs64 keys64 queries64"),
+    variant<BackwardConfig<64, 64, 8, true>>("hs64 keys128 queries64"),
+    variant<BackwardConfig<64, 32, 8, true>>("hs64 keys128 queries32"),
+    variant<BackwardConfig<64, 32, 4, true>>("hs64 keys64 queries32"),
+};
+constexpr Variant kVariants128[] = {
+    variant<BackwardConfig<128, 32, 4, false>>("hs128 keys64 queries32"),
+    variant<BackwardConfig<128, 32, 8, false>>("hs128 keys128 queries32"),
+    variant<BackwardConfig<128, 16, 4, false>>("hs128 keys64 queries16"),
+};
+std::atomic<int> g_selected64{0}, g_selected128{0};
+
+int variant_count(int hs) {
+  return hs == 64 ? int(std::size(kVariants64)) : int(std::size(kVariants128));
+}
+const Variant& variant_at(int hs, int index) {
+  return hs == 64 ? kVariants64[index] : kVariants128[index];
+}
+
+}  // namespace
+
+int attention_backward_variants(int head_size) {
+  TACO_CHECK(head_size == 64 || head_size == 128, "attention_backward_variants: head size 64 or 128");
+  return variant_count(head_size);
+}
+
+const char* attention_backward_variant_name(int head_size, int index) {
+  TACO_CHECK(index >= 0 && index < attention_backward_variants(head_size),
+             "attention_backward_variant_name: no such variant");
+  return variant_at(head_size, index).name;
+}
+
+void attention_backward_select(int head_size, int index) {
+  TACO_CHECK(index >= 0 && index < attention_backward_variants(head_size),
+             "attention_backward_select: no such variant");
+  (head_size == 64 ? g_selected64 : g_selected128).store(index);
+}
+
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                         const float* lse, int B, int T, int C, int NH, void* scratch,
                         Stream stream) {
@@ -378,14 +434,9 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
   TACO_CHECK(detail::aligned16(dqkv) && detail::aligned16(dout) && detail::aligned16(qkv) &&
                  detail::aligned16(out) && detail::aligned16(lse) && detail::aligned16(scratch),
              "attention_backward: all pointers must be 16-byte aligned");
-  auto* dx = detail::nv(dqkv);
-  auto* dy = detail::nv(dout);
-  auto* x = detail::nv(qkv);
-  auto* y = detail::nv(out);
-  if (hs == 64)
-    launch_backward<Backward64>(dx, dy, x, y, lse, B, T, C, NH, scratch, stream);
-  else
-    launch_backward<Backward128>(dx, dy, x, y, lse, B, T, C, NH, scratch, stream);
+  const int index = (hs == 64 ? g_selected64 : g_selected128).load();
+  variant_at(hs, index).launch(detail::nv(dqkv), detail::nv(dout), detail::nv(qkv),
+                               detail::nv(out), lse, B, T, C, NH, scratch, stream);
 }
 
 }  // namespace taco::cuda

@@ -387,7 +387,8 @@ StepRunner::StepRunner(const Shape& shape, uint64_t seed)
 void StepRunner::zero_grads() { ops::zero(model_.grads()); }
 
 double StepRunner::forward() {
-  return model_.forward(inputs_.data(), targets_.data()) / tokens_per_step();
+  return model_.forward(inputs_.data(), targets_.data(), float(1.0 / tokens_per_step())) /
+         tokens_per_step();
 }
 
 void StepRunner::backward() { model_.backward(float(1.0 / tokens_per_step())); }

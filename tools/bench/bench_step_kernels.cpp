@@ -15,10 +15,7 @@
 #include <vector>
 
 #include "kernels/adamw.h"
-#include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
-#include "kernels/layernorm.h"
-#include "kernels/matmul.h"
 #include "model/ops.h"
 #include "tools/bench/bench_step.h"
 
@@ -58,7 +55,7 @@ std::vector<KernelRow> time_kernels(StepRunner& runner, int reps) {
   const ParamLayout layout(d1, LayoutSpec{1, 0, 0, 1, true, true});
   Tensor params, grads, staging, tokens, targets;
   Tensor x, x2, ln, mean, rstd, qkv, atty, lse, proj_out, fch, fch_gelu, logits;
-  Tensor ce_max, ce_sumexp, ce_target, losses, dx, dln, dqkv, datty, dfch, dfch_gelu, scratch;
+  Tensor ce_max, ce_sumexp, ce_target, losses, dx, dln, dqkv, datty, dfch, scratch;
   Buffers buf;
   buf.want(params, "params", DType::bf16, layout.total());
   buf.want(grads, "grads", DType::bf16, layout.total());
@@ -70,7 +67,7 @@ std::vector<KernelRow> time_kernels(StepRunner& runner, int reps) {
   for (Tensor* a : {&mean, &rstd, &ce_max, &ce_sumexp, &ce_target, &losses})
     buf.want(*a, "row", DType::f32, N);
   for (Tensor* a : {&qkv, &dqkv}) buf.want(*a, "qkv", DType::bf16, size_t(N) * 3 * C);
-  for (Tensor* a : {&fch, &fch_gelu, &dfch, &dfch_gelu})
+  for (Tensor* a : {&fch, &fch_gelu, &dfch})
     buf.want(*a, "fch", DType::bf16, size_t(N) * 4 * C);
   buf.want(lse, "lse", DType::f32, ops::attention_saved_numel(dev, B, T, NH));
   buf.want(logits, "logits", DType::bf16, size_t(N) * Vp);
@@ -112,12 +109,14 @@ std::vector<KernelRow> time_kernels(StepRunner& runner, int reps) {
   auto gemm = [&](double ic, double oc) { return 2 * n * ic * oc; };
   const double attn_fwd = 2 * B * t * t * c;  // causal half of QK^T and PV
 
-  // Forward, in the model's order; each op also leaves realistic inputs for the next.
+  // Forward, in the model's order; each op also leaves realistic inputs for the next. Each
+  // residual add runs fused with the LayerNorm after it (LN2, the next block's LN1, the final
+  // LN); only a stage's first LN1 runs alone.
   add("forward", "embedding forward", 1, 0, bytes * (5 * n * c + t * c), [&] {
     ops::token_embedding_forward(x, tokens, wte, N, C, 0, V);
     ops::position_embedding_forward(x, wpe, B, T, C);
   });
-  add("forward", "layernorm forward", 2 * L + 1, 0, bytes * 2 * n * c,
+  add("forward", "layernorm forward", 1, 0, bytes * 2 * n * c,
       [&] { ops::layernorm_forward(ln, mean, rstd, x, ln_w, ln_b, N, C); });
   add("forward", "matmul qkv forward", L, gemm(c, 3 * c), 0,
       [&] { ops::matmul_forward(qkv, ln, qkv_w, qkv_b, N, C, 3 * C); });
@@ -125,36 +124,31 @@ std::vector<KernelRow> time_kernels(StepRunner& runner, int reps) {
       [&] { ops::attention_forward(atty, lse, qkv, B, T, C, NH); });
   add("forward", "matmul proj forward", L, gemm(c, c), 0,
       [&] { ops::matmul_forward(proj_out, atty, proj_w, proj_b, N, C, C); });
-  add("forward", "residual forward", 2 * L, 0, bytes * 3 * n * c,
-      [&] { ops::residual_forward(x2, x, proj_out); });
-  add("forward", "matmul fc forward", L, gemm(c, 4 * c), 0,
-      [&] { ops::matmul_forward(fch, ln, fc_w, fc_b, N, C, 4 * C); });
-  add("forward", "gelu forward", L, 0, bytes * 8 * n * c,
-      [&] { ops::gelu_forward(fch_gelu, fch); });
+  add("forward", "residual + layernorm forward", 2 * L, 0, bytes * 4 * n * c, [&] {
+    ops::residual_layernorm_forward(x2, ln, mean, rstd, x, proj_out, ln_w, ln_b, N, C);
+  });
+  add("forward", "matmul fc + GELU forward", L, gemm(c, 4 * c), 0,
+      [&] { ops::matmul_gelu_forward(fch_gelu, fch, ln, fc_w, fc_b, N, C, 4 * C); });
   add("forward", "matmul fc2 forward", L, gemm(4 * c, c), 0,
       [&] { ops::matmul_forward(proj_out, fch_gelu, fc2_w, fc2_b, N, 4 * C, C); });
   add("forward", "matmul lm head forward", 1, gemm(c, vp), 0,
       [&] { ops::matmul_forward(logits, ln, wte, Tensor{}, N, C, Vp); });
-  add("forward", "cross-entropy forward", 1, 0, bytes * 2 * n * vp, [&] {
-    ops::crossentropy_row_max(ce_max, logits, N, Vp, V);
-    ops::crossentropy_sumexp_target(ce_sumexp, ce_target, logits, ce_max, targets, N, Vp, V, 0);
-    ops::crossentropy_loss(losses, ce_max, ce_sumexp, ce_target, N);
+  // Loss and dlogits in one pass; on fresh logits each time (the pass overwrites them).
+  add("forward", "fused classifier (loss + dlogits)", 1, 0, bytes * 3 * n * vp, [&] {
+    ops::fused_classifier(logits, losses, targets, dloss, N, Vp, V, ce_max, ce_sumexp, ce_target);
   });
 
   // Backward, in the model's order. dx stands for the residual-stream gradient.
   ops::copy(dx, x);
-  add("backward", "cross-entropy backward", 1, 0, bytes * 2 * n * vp,
-      [&] { ops::crossentropy_backward(logits, ce_max, ce_sumexp, targets, dloss, N, Vp, V, 0); });
   add("backward", "matmul lm head backward", 1, 2 * gemm(c, vp), 0,
       [&] { ops::matmul_backward(dln, G("wte"), Tensor{}, logits, ln, wte, N, C, Vp); });
   add("backward", "layernorm backward", 2 * L + 1, 0, bytes * 4 * n * c, [&] {
     ops::layernorm_backward(dx, G("h0.ln1_w"), G("h0.ln1_b"), dln, x, ln_w, mean, rstd, N, C);
   });
-  add("backward", "matmul fc2 backward", L, 2 * gemm(4 * c, c), 0, [&] {
-    ops::matmul_backward(dfch_gelu, G("h0.fc2_w"), G("h0.fc2_b"), dx, fch_gelu, fc2_w, N, 4 * C, C);
+  add("backward", "matmul fc2 + dGELU backward", L, 2 * gemm(4 * c, c), 0, [&] {
+    ops::matmul_gelu_backward(dfch, G("h0.fc2_w"), G("h0.fc2_b"), dx, fch_gelu, fc2_w, fch,
+                              Tensor{}, N, 4 * C, C);
   });
-  add("backward", "gelu backward", L, 0, bytes * 12 * n * c,
-      [&] { ops::gelu_backward(dfch, fch, dfch_gelu); });
   add("backward", "matmul fc backward", L, 2 * gemm(c, 4 * c), 0,
       [&] { ops::matmul_backward(dln, G("h0.fc_w"), G("h0.fc_b"), dfch, ln, fc_w, N, C, 4 * C); });
   add("backward", "matmul proj backward", L, 2 * gemm(c, c), 0, [&] {
@@ -192,35 +186,6 @@ std::vector<KernelRow> time_kernels(StepRunner& runner, int reps) {
   rows.push_back({"measured", "optimizer", 1, opt, 0, 0, ""});
 
   // Fused kernels of kernels/cuda that model/gpt.cpp does not call yet.
-  add(
-      "fused", "fc with GELU epilogue (pre_gelu)", L, gemm(c, 4 * c), 0,
-      [&] {
-        cuda::matmul_forward(bf(fch_gelu), bf(ln), bf(fc_w), bf(fc_b), N, C, 4 * C, bf(fch),
-                             nullptr);
-      },
-      "|matmul fc forward|gelu forward|");
-  add(
-      "fused", "fc2 backward with dGELU epilogue", L, 2 * gemm(4 * c, c), 0,
-      [&] {
-        cuda::matmul_backward(bf(dfch), bf(G("h0.fc2_w")), bf(G("h0.fc2_b")), bf(dx), bf(fch_gelu),
-                              bf(fc2_w), N, 4 * C, C, bf(fch), nullptr);
-      },
-      "|matmul fc2 backward|gelu backward|");
-  add(
-      "fused", "fused_residual_layernorm_forward", 2 * L, 0, bytes * 4 * n * c,
-      [&] {
-        cuda::fused_residual_layernorm_forward(bf(x2), bf(ln), mean.as<float>(), rstd.as<float>(),
-                                               bf(x), bf(proj_out), bf(ln_w), bf(ln_b), N, C,
-                                               nullptr);
-      },
-      "|residual forward|layernorm forward|");
-  add(
-      "fused", "fused_classifier", 1, 0, bytes * 3 * n * vp,
-      [&] {
-        cuda::fused_classifier(bf(logits), losses.as<float>(), targets.as<int32_t>(), dloss, N, Vp,
-                               V, true, nullptr);
-      },
-      "|cross-entropy forward|cross-entropy backward|");
   add(
       "fused", "embedding_forward with wpe", 1, 0, bytes * (3 * n * c + t * c),
       [&] {
