@@ -5,9 +5,8 @@
 //
 // fused_classifier (one vocab shard holding the whole vocabulary): pass 1 reads the row once
 // for an online max and sum of exponentials (per thread, then combined across the block in a
-// fixed order) and the target logit; pass 2 writes dlogits over it from the values pass 1 kept
-// in registers (rows up to 65536 wide; wider rows are read again). No probability tensor is
-// ever stored.
+// fixed order) and the target logit; pass 2 reads it again (mostly from L2) and writes dlogits
+// over it. No probability tensor is ever stored.
 #include <string>
 
 #include "kernels/crossentropy.h"
@@ -17,7 +16,6 @@ namespace taco::cuda {
 namespace {
 
 using detail::block_max;
-using detail::ceil_div;
 using detail::block_sum;
 using detail::load;
 using detail::nv;
@@ -111,13 +109,8 @@ __device__ __forceinline__ void combine(float& m, float& s, float m2, float s2) 
   m = mx;
 }
 
-// With CHUNKS > 0 (V <= CHUNKS * 8 * blockDim.x) each thread keeps its CHUNKS 16-byte pieces of
-// the row in registers between the two passes, so the row is read from memory once; CHUNKS = 0
-// reads it again in the second pass (any V). Same order of operations either way.
-template <int CHUNKS>
-__global__ void __launch_bounds__(kFusedThreads)
-    fused_classifier_kernel(nv_bf16* logits, float* loss, const int32_t* targets, float dloss,
-                            int V, int V_valid, bool write_dlogits) {
+__global__ void fused_classifier_kernel(nv_bf16* logits, float* loss, const int32_t* targets,
+                                        float dloss, int V, int V_valid, bool write_dlogits) {
   __shared__ float shared_m[32], shared_s[32];
   const int n = blockIdx.x;
   nv_bf16* row = logits + size_t(n) * V;
@@ -125,7 +118,9 @@ __global__ void __launch_bounds__(kFusedThreads)
   const float target = threadIdx.x == 0 ? target_logit_of(row, targets, n, 0, V_valid) : 0.f;
 
   float m = -INFINITY, s = 0.f;
-  auto absorb = [&](int c, const float (&x)[8]) {
+  for (int c = threadIdx.x * 8; c < V_valid; c += blockDim.x * 8) {
+    float x[8];
+    load<8>(x, row + c);
     float cm = -INFINITY;
 #pragma unroll
     for (int e = 0; e < 8; ++e)
@@ -136,27 +131,6 @@ __global__ void __launch_bounds__(kFusedThreads)
     for (int e = 0; e < 8; ++e)
       if (c + e < V_valid) s += __expf(x[e] - mx);
     m = mx;
-  };
-  uint4 cache[CHUNKS > 0 ? CHUNKS : 1];
-  if constexpr (CHUNKS > 0) {
-#pragma unroll
-    for (int k = 0; k < CHUNKS; ++k) {
-      const int c = (k * int(blockDim.x) + int(threadIdx.x)) * 8;
-      if (c < V) {
-        cache[k] = *reinterpret_cast<const uint4*>(row + c);
-        if (c < V_valid) {
-          float x[8];
-          load<8>(x, reinterpret_cast<const nv_bf16*>(&cache[k]));
-          absorb(c, x);
-        }
-      }
-    }
-  } else {
-    for (int c = threadIdx.x * 8; c < V_valid; c += blockDim.x * 8) {
-      float x[8];
-      load<8>(x, row + c);
-      absorb(c, x);
-    }
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -175,28 +149,7 @@ __global__ void __launch_bounds__(kFusedThreads)
     combine(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
   }
   if (threadIdx.x == 0) loss[n] = logf(s) + m - target;
-  if (!write_dlogits) return;
-  if constexpr (CHUNKS > 0) {
-    const float inv_s = 1.f / s;
-    const int t = targets[n];
-#pragma unroll
-    for (int k = 0; k < CHUNKS; ++k) {
-      const int c = (k * int(blockDim.x) + int(threadIdx.x)) * 8;
-      if (c < V) {
-        float x[8];
-        load<8>(x, reinterpret_cast<const nv_bf16*>(&cache[k]));
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int v = c + e;
-          const float p = __expf(x[e] - m) * inv_s;
-          x[e] = v < V_valid ? (p - (v == t ? 1.f : 0.f)) * dloss : 0.f;
-        }
-        store<8>(row + c, x);
-      }
-    }
-  } else {
-    write_dlogits_row(row, row, m, s, targets[n], dloss, V, V_valid);
-  }
+  if (write_dlogits) write_dlogits_row(row, row, m, s, targets[n], dloss, V, V_valid);
 }
 
 // A vocab shard may hold only padding (V_valid = 0): its row_max is -inf and its sumexp 0, the
@@ -251,21 +204,8 @@ void fused_classifier(bf16* logits, float* loss, const int32_t* targets, float d
                       int V_valid, bool write_dlogits, Stream stream) {
   check_logits("fused_classifier", logits, V, V_valid, 1);
   if (N == 0) return;
-  const int chunks = int(ceil_div(size_t(V), size_t(8) * kFusedThreads));
-  auto launch = [&](auto kernel) {
-    kernel<<<N, kFusedThreads, 0, stream>>>(nv(logits), loss, targets, dloss, V, V_valid,
-                                            write_dlogits);
-  };
-  if (chunks <= 2)
-    launch(fused_classifier_kernel<2>);
-  else if (chunks <= 4)
-    launch(fused_classifier_kernel<4>);
-  else if (chunks <= 7)  // GPT-2's 50304 columns: 7 pieces per thread fit without spilling
-    launch(fused_classifier_kernel<7>);
-  else if (chunks <= 8)
-    launch(fused_classifier_kernel<8>);
-  else
-    launch(fused_classifier_kernel<0>);
+  fused_classifier_kernel<<<N, kFusedThreads, 0, stream>>>(nv(logits), loss, targets, dloss, V,
+                                                           V_valid, write_dlogits);
   TACO_LAUNCH_OK();
 }
 

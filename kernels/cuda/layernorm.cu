@@ -5,8 +5,7 @@
 // third hit L1. The fused variant first writes residual_out = a + b (rounded to bf16) and
 // normalizes that rounded row, so it equals residual_forward followed by layernorm_forward.
 //
-// Backward: one warp per row as well, the row's dout and inp kept in registers between its two
-// passes (C <= 2048). Each warp keeps its own fp32 dweight/dbias partial sums for
+// Backward: one warp per row as well. Each warp keeps its own fp32 dweight/dbias partial sums for
 // its rows in shared memory ([warps][2][C], no atomics); the block adds its warps in order into
 // one partial per block, and column_sums_add adds the blocks in order. Deterministic.
 #include <string>
@@ -82,9 +81,6 @@ __global__ void layernorm_forward_kernel(nv_bf16* out, float* mean, float* rstd,
 }
 
 // partials: [2][gridDim.x][C] (dbias, then dweight), one row per block.
-// With CHUNKS > 0 (C <= 256 * CHUNKS) a lane keeps its 16-byte pieces of dout and inp in
-// registers between the two passes over a row; CHUNKS = 0 reads them again (any C).
-template <int CHUNKS>
 __global__ void layernorm_backward_kernel(nv_bf16* dinp, float* partials, const nv_bf16* dout,
                                           const nv_bf16* inp, const nv_bf16* weight,
                                           const float* mean, const float* rstd, int N, int C) {
@@ -94,17 +90,16 @@ __global__ void layernorm_backward_kernel(nv_bf16* dinp, float* partials, const 
   __syncthreads();
   float* acc_dbias = acc + size_t(warp) * 2 * C;
   float* acc_dweight = acc_dbias + C;
-  constexpr int kSlots = CHUNKS > 0 ? CHUNKS : 1;
 
   for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
     const size_t base = size_t(row) * C;
     const float m = mean[row], s = rstd[row];
     // g = weight * dout; dinp += (g - mean(g) - xhat * mean(g * xhat)) * rstd
     float sum_g = 0.f, sum_gx = 0.f;
-    auto first = [&](int c, const nv_bf16* dp, const nv_bf16* xp) {
+    for (int c = lane * 8; c < C; c += 256) {
       float d[8], x[8], w[8];
-      load<8>(d, dp);
-      load<8>(x, xp);
+      load<8>(d, dout + base + c);
+      load<8>(x, inp + base + c);
       load<8>(w, weight + c);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -113,29 +108,14 @@ __global__ void layernorm_backward_kernel(nv_bf16* dinp, float* partials, const 
         sum_g += g;
         sum_gx += g * xhat;
       }
-    };
-    uint4 d_raw[kSlots], x_raw[kSlots];
-    if constexpr (CHUNKS > 0) {
-#pragma unroll
-      for (int k = 0; k < CHUNKS; ++k) {
-        const int c = lane * 8 + 256 * k;
-        if (c < C) {
-          d_raw[k] = *reinterpret_cast<const uint4*>(dout + base + c);
-          x_raw[k] = *reinterpret_cast<const uint4*>(inp + base + c);
-          first(c, reinterpret_cast<const nv_bf16*>(&d_raw[k]),
-                reinterpret_cast<const nv_bf16*>(&x_raw[k]));
-        }
-      }
-    } else {
-      for (int c = lane * 8; c < C; c += 256) first(c, dout + base + c, inp + base + c);
     }
     const float mean_g = warp_sum(sum_g) / C;
     const float mean_gx = warp_sum(sum_gx) / C;
 
-    auto second = [&](int c, const nv_bf16* dp, const nv_bf16* xp) {
+    for (int c = lane * 8; c < C; c += 256) {
       float d[8], x[8], w[8], di[8], db[8], dw[8];
-      load<8>(d, dp);
-      load<8>(x, xp);
+      load<8>(d, dout + base + c);
+      load<8>(x, inp + base + c);
       load<8>(w, weight + c);
       load<8>(di, dinp + base + c);
       load<8>(db, acc_dbias + c);
@@ -150,17 +130,6 @@ __global__ void layernorm_backward_kernel(nv_bf16* dinp, float* partials, const 
       store<8>(dinp + base + c, di);
       store<8>(acc_dbias + c, db);
       store<8>(acc_dweight + c, dw);
-    };
-    if constexpr (CHUNKS > 0) {
-#pragma unroll
-      for (int k = 0; k < CHUNKS; ++k) {
-        const int c = lane * 8 + 256 * k;
-        if (c < C)
-          second(c, reinterpret_cast<const nv_bf16*>(&d_raw[k]),
-                 reinterpret_cast<const nv_bf16*>(&x_raw[k]));
-      }
-    } else {
-      for (int c = lane * 8; c < C; c += 256) second(c, dout + base + c, inp + base + c);
     }
   }
   __syncthreads();
@@ -218,30 +187,17 @@ void layernorm_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout
   TACO_CHECK(smem <= size_t(detail::max_shared_memory_optin()),
              "layernorm_backward: C=" + std::to_string(C) + " needs " + std::to_string(smem) +
                  " bytes of shared memory per block, more than this device offers");
+  if (smem > 48 * 1024) {
+    TACO_CUDA_OK(cudaFuncSetAttribute(layernorm_backward_kernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
   const int blocks =
       int(ceil_div(N, warps)) < kBackwardMaxBlocks ? int(ceil_div(N, warps)) : kBackwardMaxBlocks;
   auto* partials =
       static_cast<float*>(detail::scratch(stream, size_t(2) * blocks * C * sizeof(float)));
-  auto launch = [&](auto kernel) {
-    if (smem > 48 * 1024) {
-      TACO_CUDA_OK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    }
-    kernel<<<blocks, warps * 32, smem, stream>>>(nv(dinp), partials, nv(dout), nv(inp),
-                                                 nv(weight), mean, rstd, N, C);
-    TACO_LAUNCH_OK();
-  };
-  const int chunks = int(ceil_div(C, 256));
-  if (chunks <= 1)
-    launch(layernorm_backward_kernel<1>);
-  else if (chunks <= 2)
-    launch(layernorm_backward_kernel<2>);
-  else if (chunks <= 4)
-    launch(layernorm_backward_kernel<4>);
-  else if (chunks <= 8)
-    launch(layernorm_backward_kernel<8>);
-  else
-    launch(layernorm_backward_kernel<0>);
+  layernorm_backward_kernel<<<blocks, warps * 32, smem, stream>>>(
+      nv(dinp), partials, nv(dout), nv(inp), nv(weight), mean, rstd, N, C);
+  TACO_LAUNCH_OK();
   detail::column_sums_add(nv(dbias), nv(dweight), partials, blocks, C, stream);
 }
 

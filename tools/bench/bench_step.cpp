@@ -124,11 +124,12 @@ struct StepResult {
   double ms_mean = 0, ms_median = 0, ms_min = 0, ms_max = 0;
   double tokens_per_s = 0, mfu_peak = 0, mfu_measured = 0;
   double device_used_gib = 0, arena_gib = 0;
+  double allocated_gib = 0;  // device_used_gib less what was in use before the model (context)
   std::vector<double> losses;  // warmup and timed steps
 };
 
 // Warmup steps, then `steps` steps with a CUDA event between consecutive steps.
-StepResult run_steps(StepRunner& runner, const Args& a) {
+StepResult run_steps(StepRunner& runner, const Args& a, size_t used_before) {
   StepResult r;
   // The size's learning rate after a 5-step linear warmup.
   auto lr = [&](int t) { return runner.shape().lr * std::min(1.0, t / 5.0); };
@@ -166,6 +167,7 @@ StepResult run_steps(StepRunner& runner, const Args& a) {
   // Nothing is freed during steps (one arena; kernel workspaces only grow), so what is in use
   // now is the peak; it includes the CUDA context.
   r.device_used_gib = double(total_bytes - free_bytes) / (1 << 30);
+  r.allocated_gib = double(total_bytes - free_bytes - used_before) / (1 << 30);
   r.arena_gib = double(runner.arena_bytes()) / (1 << 30);
   return r;
 }
@@ -277,7 +279,7 @@ double json_field(const std::string& line, const std::string& key) {
 
 struct TorchResult {
   std::string variant, line;
-  double ms = NAN, tokens_per_s = NAN;
+  double ms = NAN, tokens_per_s = NAN, reserved_gib = NAN;
 };
 
 std::vector<TorchResult> run_torch(const Args& a, const Shape& s) {
@@ -314,6 +316,7 @@ std::vector<TorchResult> run_torch(const Args& a, const Shape& s) {
     r.variant = line.find("\"variant\": \"compile\"") != std::string::npos ? "compile" : "eager";
     r.ms = json_field(line, "ms_per_step");
     r.tokens_per_s = json_field(line, "tokens_per_s");
+    r.reserved_gib = json_field(line, "reserved_peak_gib");
     results.push_back(r);
   }
   const int status = pclose(pipe);
@@ -415,6 +418,10 @@ int step(const std::vector<std::string>& args) {
     throw UserError("no CUDA device found; taco-bench step needs one GPU");
   const DeviceInfo device = select_device(true, 0);
   const Shape shape = shape_of(a);
+  // In use before the model: the CUDA context (what PyTorch's allocator statistics leave out).
+  size_t free_before = 0, total_before = 0;
+  TACO_CHECK_CUDA(cudaFree(nullptr));
+  TACO_CHECK_CUDA(cudaMemGetInfo(&free_before, &total_before));
 
   auto runner = std::make_unique<StepRunner>(shape, a.seed);
   const GptDims d = runner->dims();  // a copy: the runner goes before the JSON is written
@@ -427,12 +434,14 @@ int step(const std::vector<std::string>& args) {
               a.warmup, a.steps, runner->tokens_per_step(), step_detail::flops_per_token(d));
   std::fflush(stdout);
 
-  const StepResult r = run_steps(*runner, a);
-  std::printf("\n%-10s %10s %10s %10s %12s %9s %9s %10s %10s\n", "impl", "ms/step", "median", "min",
-              "tokens/s", "MFU@989", "MFU@790", "mem GiB", "arena GiB");
-  std::printf("%-10s %10.2f %10.2f %10.2f %12.0f %8.1f%% %8.1f%% %10.2f %10.2f\n", "taco",
+  const StepResult r = run_steps(*runner, a, total_before - free_before);
+  // mem GiB: all device memory in use, CUDA context included; alloc GiB: without the context
+  // (arena + cuBLASLt workspace + kernel scratch), comparable to PyTorch's reserved peak.
+  std::printf("\n%-10s %10s %10s %10s %12s %9s %9s %10s %10s %10s\n", "impl", "ms/step", "median",
+              "min", "tokens/s", "MFU@989", "MFU@790", "mem GiB", "alloc GiB", "arena GiB");
+  std::printf("%-10s %10.2f %10.2f %10.2f %12.0f %8.1f%% %8.1f%% %10.2f %10.2f %10.2f\n", "taco",
               r.ms_mean, r.ms_median, r.ms_min, r.tokens_per_s, 100 * r.mfu_peak,
-              100 * r.mfu_measured, r.device_used_gib, r.arena_gib);
+              100 * r.mfu_measured, r.device_used_gib, r.allocated_gib, r.arena_gib);
   std::printf("loss: first %.4f, last %.4f (one repeated batch, lr %.1e after a 5-step warmup)\n",
               r.losses.front(), r.losses.back(), shape.lr);
 
@@ -452,14 +461,19 @@ int step(const std::vector<std::string>& args) {
   std::vector<TorchResult> torch;
   if (a.torch) {
     torch = run_torch(a, shape);
-    std::printf("\n%-16s %10s %12s %22s\n", "impl", "ms/step", "tokens/s", "taco speedup (tok/s)");
-    std::printf("%-16s %10.2f %12.0f %22s\n", "taco", r.ms_mean, r.tokens_per_s, "1.00x");
+    // Memory: taco's allocations without the CUDA context against PyTorch's allocator peaks.
+    std::printf("\n%-16s %10s %12s %22s %16s\n", "impl", "ms/step", "tokens/s",
+                "taco speedup (tok/s)", "peak mem GiB");
+    std::printf("%-16s %10.2f %12.0f %22s %16.2f\n", "taco", r.ms_mean, r.tokens_per_s, "1.00x",
+                r.allocated_gib);
     for (const TorchResult& t : torch) {
       char ratio[32];
       std::snprintf(ratio, sizeof ratio, "%.2fx", r.tokens_per_s / t.tokens_per_s);
-      std::printf("%-16s %10.2f %12.0f %22s\n", ("torch " + t.variant).c_str(), t.ms,
-                  t.tokens_per_s, ratio);
+      std::printf("%-16s %10.2f %12.0f %22s %16.2f\n", ("torch " + t.variant).c_str(), t.ms,
+                  t.tokens_per_s, ratio, t.reserved_gib);
     }
+    std::printf("(taco: all its device allocations; torch: the caching allocator's reserved "
+                "peak, which holds its\n allocated peak; neither counts the CUDA context)\n");
   }
 
   if (!a.json.empty()) {
@@ -484,6 +498,7 @@ int step(const std::vector<std::string>& args) {
         .add("mfu_vs_measured_790", r.mfu_measured)
         .add("device_used_gib", r.device_used_gib)
         .add("arena_gib", r.arena_gib)
+        .add("allocated_gib", r.allocated_gib)
         .add("loss_first", r.losses.front())
         .add("loss_last", r.losses.back());
     if (a.check) rec.add("check", check_failure.empty() ? std::string("pass") : check_failure);

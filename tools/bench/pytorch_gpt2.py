@@ -140,6 +140,7 @@ def run_variant(args, variant, vocab_padded, tokens, targets):
         "tokens_per_s": tokens_per_s,
         "mfu": tokens_per_s * flops_per_token / (args.peak_tflops * 1e12),
         "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "reserved_peak_gib": torch.cuda.max_memory_reserved() / 2**30,
         "loss": float(loss.item()),
     }
     del model, optimizer, fwd
