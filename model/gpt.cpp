@@ -271,8 +271,8 @@ void Gpt::forward_block(SlotActs& s, int i) {
     ops::residual_layernorm_forward(x_out, ln_rows(n.ln1), n.ln1_mean, n.ln1_rstd, a.resid2, r,
                                     param(hn + "ln1_w"), param(hn + "ln1_b"), Nr, C);
   } else if (layout_.spec().has_head) {
-    ops::residual_layernorm_forward(x_out, lnf_, lnf_mean_, lnf_rstd_, a.resid2, r,
-                                    param("lnf_w"), param("lnf_b"), Nr, C);
+    ops::residual_layernorm_forward(x_out, lnf_, lnf_mean_, lnf_rstd_, a.resid2, r, param("lnf_w"),
+                                    param("lnf_b"), Nr, C);
   } else {
     ops::residual_forward(x_out, a.resid2, r);
   }
@@ -343,8 +343,8 @@ double Gpt::forward_head(SlotActs& s, float dloss) {
   dlogits_owner_ = nullptr;
   if (tp_->size() == 1) {
     // The whole vocabulary here: loss and, when a backward follows, dlogits in one pass.
-    ops::fused_classifier(logits_, losses_, s.targets, dloss, N_, V_local_, wte.valid_rows,
-                          ce_max_, ce_sumexp_, ce_target_);
+    ops::fused_classifier(logits_, losses_, s.targets, dloss, N_, V_local_, wte.valid_rows, ce_max_,
+                          ce_sumexp_, ce_target_);
     if (dloss != 0.f) {
       dlogits_owner_ = &s;
       dlogits_scale_ = dloss;

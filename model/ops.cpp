@@ -266,7 +266,8 @@ void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& ta
   crossentropy_row_max(row_max, logits, N, V, V_valid);
   crossentropy_sumexp_target(sumexp, target_logit, logits, row_max, targets, N, V, V_valid, 0);
   crossentropy_loss(loss, row_max, sumexp, target_logit, N);
-  if (dloss != 0.f) crossentropy_backward(logits, row_max, sumexp, targets, dloss, N, V, V_valid, 0);
+  if (dloss != 0.f)
+    crossentropy_backward(logits, row_max, sumexp, targets, dloss, N, V, V_valid, 0);
 }
 
 double sum_of_squares(const std::vector<Tensor>& pieces) {

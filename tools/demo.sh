@@ -19,6 +19,9 @@ fi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 launch=(mpirun --oversubscribe --bind-to none --mca orte_abort_on_non_zero_status 1)
+# A second demo run continues the first one's checkpoint (it has nothing left to train once the
+# first has finished) instead of refusing to overwrite it.
+set -- --set checkpoint.resume=auto "$@"
 if nvidia-smi -L >/dev/null 2>&1; then
   # One GPU, bf16. The fused attention kernel takes head sizes 64 and 128: 2 heads of 64.
   echo "demo: training on the GPU"

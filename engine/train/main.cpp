@@ -7,6 +7,7 @@
 #include <mpi.h>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "engine/config/config.h"
 #include "engine/config/default_config.h"
 #include "engine/runtime/log.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/trainer.h"
 #include "kernels/check.h"
 
@@ -104,7 +106,10 @@ int main(int argc, char** argv) {
   Args args;
   taco::Config config;
   std::unique_ptr<taco::Trainer> trainer;
-  taco::RunContext ctx{MPI_COMM_WORLD, local_rank_from_env(), ""};
+  taco::RunContext ctx;
+  ctx.world = MPI_COMM_WORLD;
+  ctx.local_rank = local_rank_from_env();
+  taco::install_stop_signal_handlers();
 
   int rc = collectively(rank, [&] {
     args = parse_args(argc, argv);
@@ -146,8 +151,9 @@ int main(int argc, char** argv) {
     return rc;
   }
 
+  taco::TrainHistory history;
   try {
-    trainer->run();
+    history = trainer->run();
   } catch (const taco::Error& e) {
     std::fprintf(stderr, "taco-train: error: %s\n", e.what());
     std::fflush(stderr);
@@ -159,6 +165,19 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
+  if (history.stopped_by_signal != 0) {
+    const int sig = history.stopped_by_signal;
+    spdlog::warn("stopped by {} after step {}; checkpoint {}; continue with --resume",
+                 sig == SIGINT    ? "SIGINT"
+                 : sig == SIGTERM ? "SIGTERM"
+                                  : "a signal",
+                 history.steps_done, history.checkpoint);
+    MPI_Finalize();
+    return 128 + sig;
+  }
+  if (history.start_step >= config.train.steps)
+    spdlog::info("the checkpoint is at step {} of train.steps {}: nothing left to train",
+                 history.start_step, config.train.steps);
   spdlog::info("done: outputs in {}/", ctx.run_dir);
   MPI_Finalize();
   return 0;

@@ -11,6 +11,7 @@
 #include "compression/policy.h"
 #include "engine/data/shards.h"
 #include "engine/runtime/arena.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/metrics.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/schedule.h"
@@ -45,6 +46,8 @@ struct Trainer::State {
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<TokenShards> train_data, val_data;
   std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<Checkpointer> checkpointer;  // none without a run directory
+  int start_step = 0;
   // ZeRO-1: this dp rank's range of the (padded) flat buffer and its reduced gradients.
   size_t shard_begin = 0, shard_end = 0, shard_size = 0;
   Tensor grad_shard;
@@ -97,6 +100,48 @@ double sum_over(MPI_Comm comm, double x) {
   double out = 0;
   MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, comm);
   return out;
+}
+
+// What must match for a checkpoint to load: model, parallel layout, precision and device.
+std::string checkpoint_layout(const Config& c, const GptDims& d, DType dtype, DeviceKind device,
+                              int world) {
+  const auto& p = c.parallel;
+  return fmt::format(
+      "tp={} pp={} dp={} zero={} sp={} world={} | L={} H={} C={} T={} V={} | {} on {}", p.tp, p.pp,
+      p.dp, p.zero, p.sequence_parallel ? 1 : 0, world, d.n_layer, d.n_head, d.d_model, d.seq_len,
+      d.vocab_size, dtype_name(dtype), device == DeviceKind::cuda ? "cuda" : "cpu");
+}
+
+CheckpointPart host_copy(const std::string& name, const Tensor& t) {
+  CheckpointPart s{name, std::vector<uint8_t>(t.bytes())};
+  if (!t.empty()) device_copy(s.bytes.data(), t.data, t.bytes(), DeviceKind::cpu, t.device);
+  return s;
+}
+
+void load_section(const RankCheckpoint& ck, const std::string& name, const Tensor& t,
+                  const std::string& where) {
+  const CheckpointPart* s = ck.find(name);
+  if (!s || s->bytes.size() != t.bytes())
+    throw UserError(where + ": section '" + name + "' is missing or has another size (" +
+                    std::to_string(s ? s->bytes.size() : 0) + " bytes, expected " +
+                    std::to_string(t.bytes()) + ")");
+  if (!t.empty()) device_copy(t.data, s->bytes.data(), t.bytes(), t.device, DeviceKind::cpu);
+}
+
+// Keeps the records of metrics.jsonl up to step `last` (those after it belong to training that
+// the resumed checkpoint does not hold).
+void trim_metrics(const std::string& path, int last) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    const size_t at = line.find("\"step\": ");
+    if (at != std::string::npos && std::atoll(line.c_str() + at + 8) > last) continue;
+    kept += line + "\n";
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  out << kept;
 }
 
 }  // namespace
@@ -206,11 +251,59 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
 
   s.inputs.resize(size_t(B) * T);
   s.targets.resize(size_t(B) * T);
-  if (!ctx.run_dir.empty() && s.grid->world_rank() == 0)
-    s.metrics = std::make_unique<MetricsWriter>(ctx.run_dir + "/metrics.jsonl");
+
+  // Checkpoints: resume from the newest usable one, or start fresh where none may be lost.
+  const std::string metrics_path = ctx.run_dir.empty() ? "" : ctx.run_dir + "/metrics.jsonl";
+  if (!ctx.run_dir.empty()) {
+    const auto& ck = config.checkpoint;
+    const std::string dir = ck.dir.empty() ? ctx.run_dir + "/ckpt" : ck.dir;
+    s.checkpointer = std::make_unique<Checkpointer>(dir, ck.keep, ctx.world);
+    const std::string layout =
+        checkpoint_layout(config, s.dims, s.dtype, s.device.kind, s.grid->world_size());
+    if (ck.resume != "false" && s.calibration) {
+      throw UserError(config.source +
+                      ": checkpoint.resume: resuming a run whose compression has group: auto "
+                      "is not supported yet; set the groups chosen in calibration.json in the "
+                      "rules, or resume: false");
+    }
+    if (ck.resume != "false") {
+      RankCheckpoint loaded;
+      const int64_t step = s.checkpointer->restore(layout, &loaded);
+      if (step < 0 && ck.resume == "true") {
+        throw UserError(config.source + ": checkpoint.resume: no complete checkpoint in " + dir +
+                        "; run without --resume (or resume: auto) to start from step 0");
+      }
+      if (step >= 0) {
+        const std::string where = dir + "/" + checkpoint_step_name(step);
+        load_section(loaded, "params", s.model->params(), where);
+        load_section(loaded, "adam_m", s.optimizer->m(), where);
+        load_section(loaded, "adam_v", s.optimizer->v(), where);
+        load_section(loaded, "master", s.optimizer->master(), where);
+        s.start_step = int(step);
+        spdlog::info("resumed from {} (step {})", where, step);
+      }
+    } else {
+      const int64_t newest = s.checkpointer->newest_step();
+      if (newest >= 0) {
+        throw UserError(dir + " holds checkpoints (newest: step " + std::to_string(newest) +
+                        "); pass --resume to continue that run, or choose another run.name or " +
+                        "checkpoint.dir to start afresh");
+      }
+    }
+    if (s.grid->world_rank() == 0) {
+      if (s.start_step > 0)
+        trim_metrics(metrics_path, s.start_step);
+      else
+        std::remove(metrics_path.c_str());
+    }
+  }
+  if (!metrics_path.empty() && s.grid->world_rank() == 0)
+    s.metrics = std::make_unique<MetricsWriter>(metrics_path);
   else
     s.metrics = std::make_unique<MetricsWriter>();
 }
+
+int Trainer::start_step() const { return s_->start_step; }
 
 Trainer::~Trainer() = default;
 
@@ -351,7 +444,28 @@ TrainHistory Trainer::run() {
   stage.output = [&](int slot) { return s.model->stage_output(slot); };
   stage.grad = [&]() { return s.model->stage_grad(); };
 
-  for (step = 0; step < tc.steps; ++step) {
+  history.start_step = s.start_step;
+  history.steps_done = s.start_step;
+  auto save = [&](int done) {
+    const auto t0 = clock::now();
+    std::vector<CheckpointPart> sections = {
+        host_copy("params", s.model->params()), host_copy("adam_m", s.optimizer->m()),
+        host_copy("adam_v", s.optimizer->v()), host_copy("master", s.optimizer->master())};
+    size_t bytes = 0;
+    for (const auto& sec : sections) bytes += sec.bytes.size();
+    const std::map<std::string, std::string> header = {
+        {"seed", std::to_string(tc.seed)},
+        {"config", s.cfg.source},
+        {"tokens_per_step", std::to_string(s.tokens_per_step)}};
+    history.checkpoint = s.checkpointer->save(
+        done, checkpoint_layout(s.cfg, s.dims, s.dtype, s.device.kind, s.grid->world_size()),
+        header, sections);
+    spdlog::info("step {:5d}/{} | checkpoint {} ({:.1f} MB on rank 0, {:.2f} s)", done, tc.steps,
+                 history.checkpoint, bytes / 1e6,
+                 std::chrono::duration<double>(clock::now() - t0).count());
+  };
+
+  for (step = s.start_step; step < tc.steps; ++step) {
     auto t0 = clock::now();
     const bool logged = (step + 1) % s.cfg.log.every == 0 || step == 0 || step + 1 == tc.steps;
     for (CompressedSiteComm* c : s.comms()) {
@@ -447,6 +561,21 @@ TrainHistory Trainer::run() {
       history.val_loss.emplace_back(step + 1, val);
       spdlog::info("step {:5d}/{} | val loss {:.4f}", step + 1, tc.steps, val);
       s.metrics->write(JsonRecord().add("step", (long long)(step + 1)).add("val_loss", val));
+    }
+
+    const int done = step + 1;
+    history.steps_done = done;
+    if (s.ctx.after_step) s.ctx.after_step(done);
+    // A signal on any rank stops every rank after the same step.
+    int signal = stop_signal(), agreed = 0;
+    MPI_Allreduce(&signal, &agreed, 1, MPI_INT, MPI_MAX, s.grid->world().comm());
+    if (s.checkpointer) {
+      const int every = s.cfg.checkpoint.every;
+      if ((every > 0 && done % every == 0) || agreed != 0 || done == tc.steps) save(done);
+    }
+    if (agreed != 0) {
+      history.stopped_by_signal = agreed;
+      break;
     }
   }
   return history;

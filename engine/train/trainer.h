@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,10 +18,17 @@ namespace taco {
 struct RunContext {
   MPI_Comm world = MPI_COMM_WORLD;  // the ranks of this run (tests use MPI_COMM_SELF too)
   int local_rank = 0;               // rank on this node, for GPU selection
-  std::string run_dir;              // "" = write no files (tests)
+  std::string run_dir;              // "" = write no files and no checkpoints (tests)
+  // Called on every rank after each optimizer step with the number of steps done (tests use it
+  // to request a stop at a chosen step, as a signal would).
+  std::function<void(int)> after_step;
 };
 
 struct TrainHistory {
+  int start_step = 0;         // steps already done when this run began (resumed from a checkpoint)
+  int stopped_by_signal = 0;  // SIGINT/SIGTERM number if training stopped early, else 0
+  int steps_done = 0;         // steps done when run() returned
+  std::string checkpoint;     // the last checkpoint folder written, if any
   std::vector<double> train_loss;                // per optimizer step (mean over the global batch)
   std::vector<double> grad_norm;                 // per optimizer step, before clipping
   std::vector<std::pair<int, double>> val_loss;  // (step, loss)
@@ -31,8 +39,11 @@ class Trainer {
   // Builds everything and validates the data; throws UserError on bad input before training.
   Trainer(const Config& config, const RunContext& ctx);
   ~Trainer();
-  // Trains train.steps steps.
+  // Trains from the resumed step (0 for a fresh run) to train.steps, saving checkpoints every
+  // checkpoint.every steps, at the end, and when a SIGINT/SIGTERM arrives (then it stops early).
   TrainHistory run();
+  // Steps already done (from the checkpoint resumed in the constructor; 0 when fresh).
+  int start_step() const;
   // Mean validation loss over log.eval_batches batches.
   double evaluate();
   // One line describing what will be trained (model size, layout, device, batch).

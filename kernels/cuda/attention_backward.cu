@@ -414,7 +414,8 @@ const Variant& variant_at(int hs, int index) {
 }  // namespace
 
 int attention_backward_variants(int head_size) {
-  TACO_CHECK(head_size == 64 || head_size == 128, "attention_backward_variants: head size 64 or 128");
+  TACO_CHECK(head_size == 64 || head_size == 128,
+             "attention_backward_variants: head size 64 or 128");
   return variant_count(head_size);
 }
 
@@ -438,8 +439,8 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
                  detail::aligned16(out) && detail::aligned16(lse) && detail::aligned16(scratch),
              "attention_backward: all pointers must be 16-byte aligned");
   const int index = (hs == 64 ? g_selected64 : g_selected128).load();
-  variant_at(hs, index).launch(detail::nv(dqkv), detail::nv(dout), detail::nv(qkv),
-                               detail::nv(out), lse, B, T, C, NH, scratch, stream);
+  variant_at(hs, index).launch(detail::nv(dqkv), detail::nv(dout), detail::nv(qkv), detail::nv(out),
+                               lse, B, T, C, NH, scratch, stream);
 }
 
 }  // namespace taco::cuda

@@ -74,9 +74,8 @@ Reference cpu_reference(const std::vector<float>& logits_f, const std::vector<in
   std::vector<double> row_max(c.N), sumexp(c.N), target_logit(c.N), loss(c.N),
       dlogits(logits.size());
   cpu::crossentropy_row_max(row_max.data(), logits.data(), c.N, c.V, c.V_valid);
-  cpu::crossentropy_sumexp_target(sumexp.data(), target_logit.data(), logits.data(),
-                                  row_max.data(), targets.data(), c.N, c.V, c.V_valid,
-                                  c.vocab_start);
+  cpu::crossentropy_sumexp_target(sumexp.data(), target_logit.data(), logits.data(), row_max.data(),
+                                  targets.data(), c.N, c.V, c.V_valid, c.vocab_start);
   cpu::crossentropy_loss(loss.data(), row_max.data(), sumexp.data(), target_logit.data(), c.N);
   cpu::crossentropy_backward(dlogits.data(), logits.data(), row_max.data(), sumexp.data(),
                              targets.data(), double(dloss), c.N, c.V, c.V_valid, c.vocab_start);

@@ -124,7 +124,7 @@ struct StepResult {
   double ms_mean = 0, ms_median = 0, ms_min = 0, ms_max = 0;
   double tokens_per_s = 0, mfu_peak = 0, mfu_measured = 0;
   double device_used_gib = 0, arena_gib = 0;
-  double allocated_gib = 0;  // device_used_gib less what was in use before the model (context)
+  double allocated_gib = 0;    // device_used_gib less what was in use before the model (context)
   std::vector<double> losses;  // warmup and timed steps
 };
 
@@ -472,8 +472,9 @@ int step(const std::vector<std::string>& args) {
       std::printf("%-16s %10.2f %12.0f %22s %16.2f\n", ("torch " + t.variant).c_str(), t.ms,
                   t.tokens_per_s, ratio, t.reserved_gib);
     }
-    std::printf("(taco: all its device allocations; torch: the caching allocator's reserved "
-                "peak, which holds its\n allocated peak; neither counts the CUDA context)\n");
+    std::printf(
+        "(taco: all its device allocations; torch: the caching allocator's reserved "
+        "peak, which holds its\n allocated peak; neither counts the CUDA context)\n");
   }
 
   if (!a.json.empty()) {

@@ -67,8 +67,7 @@ std::vector<KernelRow> time_kernels(StepRunner& runner, int reps) {
   for (Tensor* a : {&mean, &rstd, &ce_max, &ce_sumexp, &ce_target, &losses})
     buf.want(*a, "row", DType::f32, N);
   for (Tensor* a : {&qkv, &dqkv}) buf.want(*a, "qkv", DType::bf16, size_t(N) * 3 * C);
-  for (Tensor* a : {&fch, &fch_gelu, &dfch})
-    buf.want(*a, "fch", DType::bf16, size_t(N) * 4 * C);
+  for (Tensor* a : {&fch, &fch_gelu, &dfch}) buf.want(*a, "fch", DType::bf16, size_t(N) * 4 * C);
   buf.want(lse, "lse", DType::f32, ops::attention_saved_numel(dev, B, T, NH));
   buf.want(logits, "logits", DType::bf16, size_t(N) * Vp);
   buf.want(scratch, "attn_scratch", DType::u8,
@@ -124,9 +123,8 @@ std::vector<KernelRow> time_kernels(StepRunner& runner, int reps) {
       [&] { ops::attention_forward(atty, lse, qkv, B, T, C, NH); });
   add("forward", "matmul proj forward", L, gemm(c, c), 0,
       [&] { ops::matmul_forward(proj_out, atty, proj_w, proj_b, N, C, C); });
-  add("forward", "residual + layernorm forward", 2 * L, 0, bytes * 4 * n * c, [&] {
-    ops::residual_layernorm_forward(x2, ln, mean, rstd, x, proj_out, ln_w, ln_b, N, C);
-  });
+  add("forward", "residual + layernorm forward", 2 * L, 0, bytes * 4 * n * c,
+      [&] { ops::residual_layernorm_forward(x2, ln, mean, rstd, x, proj_out, ln_w, ln_b, N, C); });
   add("forward", "matmul fc + GELU forward", L, gemm(c, 4 * c), 0,
       [&] { ops::matmul_gelu_forward(fch_gelu, fch, ln, fc_w, fc_b, N, C, 4 * C); });
   add("forward", "matmul fc2 forward", L, gemm(4 * c, c), 0,

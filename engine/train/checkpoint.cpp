@@ -1,0 +1,422 @@
+#include "engine/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kernels/check.h"
+
+namespace taco {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'A', 'C', 'O', 'C', 'K', 'P', '1'};
+constexpr char kEndMagic[8] = {'T', 'A', 'C', 'O', 'E', 'N', 'D', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr const char* kMarker = "COMPLETE";
+
+// 64-bit FNV-1a over 8-byte words (bytes for the tail), with the length mixed in at the end.
+class Checksum {
+ public:
+  void add(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    length_ += n;
+    // Finish a word started by an earlier call.
+    while (n > 0 && pending_n_ > 0 && pending_n_ < 8) {
+      pending_ |= uint64_t(*p++) << (8 * pending_n_++);
+      --n;
+      if (pending_n_ == 8) word(pending_), pending_ = 0, pending_n_ = 0;
+    }
+    for (; n >= 8; n -= 8, p += 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      word(w);
+    }
+    for (; n > 0; --n) pending_ |= uint64_t(*p++) << (8 * pending_n_++);
+  }
+  uint64_t value() const {
+    uint64_t h = h_;
+    if (pending_n_ > 0) h = (h ^ pending_) * kPrime;
+    return (h ^ length_) * kPrime;
+  }
+
+ private:
+  static constexpr uint64_t kPrime = 0x100000001b3ull;
+  void word(uint64_t w) { h_ = (h_ ^ w) * kPrime; }
+  uint64_t h_ = 0xcbf29ce484222325ull;
+  uint64_t pending_ = 0;
+  int pending_n_ = 0;
+  uint64_t length_ = 0;
+};
+
+std::string join_header(const std::map<std::string, std::string>& header,
+                        const std::vector<CheckpointPart>& sections) {
+  std::string text;
+  for (const auto& [k, v] : header) {
+    TACO_CHECK(k.find_first_of("=\n") == std::string::npos && v.find('\n') == std::string::npos,
+               "checkpoint header key/value may not hold '=' (key) or newlines");
+    text += k + "=" + v + "\n";
+  }
+  for (const CheckpointPart& s : sections)
+    text += "section=" + s.name + " " + std::to_string(s.bytes.size()) + "\n";
+  return text;
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return;  // best effort for folders on filesystems that refuse
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Every rank's (ok, message): all ok, or the lowest failing rank's message on every rank.
+bool agree(MPI_Comm comm, bool ok, std::string* message) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  int mine = ok ? 1 << 30 : rank, first = 0;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == 1 << 30) return true;
+  int len = rank == first ? int(message->size()) : 0;
+  MPI_Bcast(&len, 1, MPI_INT, first, comm);
+  std::string text(size_t(len), '\0');
+  if (rank == first) text = *message;
+  MPI_Bcast(text.data(), len, MPI_CHAR, first, comm);
+  *message = text;
+  return false;
+}
+
+std::string bcast_string(MPI_Comm comm, const std::string& s, int root) {
+  int len = int(s.size());
+  MPI_Bcast(&len, 1, MPI_INT, root, comm);
+  std::string out = s;
+  out.resize(size_t(len));
+  MPI_Bcast(out.data(), len, MPI_CHAR, root, comm);
+  return out;
+}
+
+int64_t parse_step(const std::string& name) {
+  if (name.rfind("step_", 0) != 0 || name.size() <= 5) return -1;
+  const std::string digits = name.substr(5);
+  if (!std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoll(digits);
+}
+
+// Complete and marker-less step folders under dir, newest first.
+void scan(const std::string& dir, std::vector<std::pair<int64_t, std::string>>* complete,
+          std::vector<std::string>* partial) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_directory()) continue;
+    const std::string name = e.path().filename().string();
+    const int64_t step = parse_step(name);
+    if (step < 0) {
+      if (partial && name.size() > 4 && name.substr(name.size() - 4) == ".tmp")
+        partial->push_back(e.path().string());
+      continue;
+    }
+    if (fs::exists(e.path() / kMarker))
+      complete->emplace_back(step, e.path().string());
+    else if (partial)
+      partial->push_back(e.path().string());
+  }
+  std::sort(complete->begin(), complete->end(), std::greater<>());
+}
+
+std::map<std::string, std::string> read_marker(const std::string& folder) {
+  std::map<std::string, std::string> kv;
+  std::ifstream in(folder + "/" + kMarker);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) kv[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return kv;
+}
+
+std::atomic<int> g_stop_signal{0};
+
+void taco_stop_handler(int signo) { g_stop_signal.store(signo); }
+
+}  // namespace
+
+const CheckpointPart* RankCheckpoint::find(const std::string& name) const {
+  for (const CheckpointPart& s : sections)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+std::string checkpoint_step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", (long long)step);
+  return buf;
+}
+
+std::string rank_file_name(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank_%05d.bin", rank);
+  return buf;
+}
+
+void write_rank_checkpoint(const std::string& path,
+                           const std::map<std::string, std::string>& header,
+                           const std::vector<CheckpointPart>& sections) {
+  const std::string part = path + ".part";
+  std::FILE* f = std::fopen(part.c_str(), "wb");
+  if (!f) throw Error(part + ": cannot create checkpoint file: " + std::strerror(errno), 1);
+  const std::string text = join_header(header, sections);
+  Checksum sum;
+  bool ok = std::fwrite(kMagic, 1, 8, f) == 8;
+  auto put = [&](const void* p, size_t n) {
+    ok = ok && std::fwrite(p, 1, n, f) == n;
+    sum.add(p, n);
+  };
+  const uint64_t header_len = text.size();
+  put(&kVersion, sizeof kVersion);
+  put(&header_len, sizeof header_len);
+  put(text.data(), text.size());
+  for (const CheckpointPart& s : sections) put(s.bytes.data(), s.bytes.size());
+  const uint64_t checksum = sum.value();
+  ok = ok && std::fwrite(&checksum, 1, 8, f) == 8 && std::fwrite(kEndMagic, 1, 8, f) == 8;
+  ok = ok && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+  const int saved_errno = errno;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) {
+    std::remove(part.c_str());
+    throw Error(part + ": writing the checkpoint failed: " + std::strerror(saved_errno) +
+                    " (disk full? set checkpoint.dir elsewhere)",
+                1);
+  }
+  if (std::rename(part.c_str(), path.c_str()) != 0)
+    throw Error(path + ": cannot rename the finished checkpoint file: " + std::strerror(errno), 1);
+}
+
+RankCheckpoint read_rank_checkpoint(const std::string& path) {
+  auto bad = [&](const std::string& what) {
+    return UserError(path + ": " + what + "; the checkpoint is damaged or incomplete");
+  };
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path + ": cannot open checkpoint file: " + std::strerror(errno));
+  std::error_code ec;
+  const uint64_t file_size = fs::file_size(path, ec);
+  if (ec) throw bad("cannot read its size");
+  char magic[8];
+  uint32_t version = 0;
+  uint64_t header_len = 0;
+  Checksum sum;
+  if (!in.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) throw bad("not a taco checkpoint");
+  if (!in.read(reinterpret_cast<char*>(&version), sizeof version)) throw bad("truncated header");
+  if (version != kVersion)
+    throw UserError(path + ": checkpoint format version " + std::to_string(version) +
+                    ", this build reads version " + std::to_string(kVersion));
+  if (!in.read(reinterpret_cast<char*>(&header_len), sizeof header_len) || header_len > file_size)
+    throw bad("truncated header");
+  sum.add(&version, sizeof version);
+  sum.add(&header_len, sizeof header_len);
+  std::string text(header_len, '\0');
+  if (!in.read(text.data(), std::streamsize(header_len))) throw bad("truncated header");
+  sum.add(text.data(), text.size());
+
+  RankCheckpoint out;
+  std::istringstream lines(text);
+  std::string line;
+  uint64_t payload = 0;
+  while (std::getline(lines, line)) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) throw bad("malformed header line '" + line + "'");
+    const std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    if (key == "section") {
+      const size_t sp = value.rfind(' ');
+      if (sp == std::string::npos) throw bad("malformed section line '" + line + "'");
+      CheckpointPart s;
+      s.name = value.substr(0, sp);
+      const uint64_t n = std::stoull(value.substr(sp + 1));
+      if (n > file_size) throw bad("section " + s.name + " larger than the file");
+      s.bytes.resize(n);
+      payload += n;
+      out.sections.push_back(std::move(s));
+    } else {
+      out.header[key] = value;
+    }
+  }
+  const uint64_t expected = 8 + sizeof version + sizeof header_len + header_len + payload + 16;
+  if (file_size != expected)
+    throw bad("size " + std::to_string(file_size) + " bytes, expected " + std::to_string(expected));
+  for (CheckpointPart& s : out.sections) {
+    if (!in.read(reinterpret_cast<char*>(s.bytes.data()), std::streamsize(s.bytes.size())))
+      throw bad("truncated in section " + s.name);
+    sum.add(s.bytes.data(), s.bytes.size());
+  }
+  uint64_t checksum = 0;
+  char end[8];
+  if (!in.read(reinterpret_cast<char*>(&checksum), 8) || !in.read(end, 8) ||
+      std::memcmp(end, kEndMagic, 8) != 0)
+    throw bad("missing end marker");
+  if (checksum != sum.value()) throw bad("checksum mismatch");
+  return out;
+}
+
+std::string newest_complete_checkpoint(const std::string& dir, std::vector<std::string>* partial) {
+  std::vector<std::pair<int64_t, std::string>> complete;
+  scan(dir, &complete, partial);
+  return complete.empty() ? std::string() : complete.front().second;
+}
+
+Checkpointer::Checkpointer(std::string dir, int keep, MPI_Comm world)
+    : dir_(std::move(dir)), keep_(std::max(1, keep)), world_(world) {
+  MPI_Comm_rank(world_, &rank_);
+  MPI_Comm_size(world_, &size_);
+}
+
+std::string Checkpointer::save(int64_t step, const std::string& layout,
+                               const std::map<std::string, std::string>& header,
+                               const std::vector<CheckpointPart>& sections) {
+  const std::string name = checkpoint_step_name(step);
+  const std::string tmp = dir_ + "/" + name + ".tmp";
+  const std::string final_dir = dir_ + "/" + name;
+  std::string message;
+  bool ok = true;
+  if (rank_ == 0) {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    fs::remove_all(tmp, ec);  // left by an interrupted save of the same step
+    if (!fs::create_directories(tmp, ec)) {
+      ok = false;
+      message = tmp + ": cannot create checkpoint folder: " + ec.message() +
+                " (set checkpoint.dir to a writable place)";
+    }
+  }
+  if (!agree(world_, ok, &message)) throw Error(message, 1);
+
+  std::map<std::string, std::string> h = header;
+  h["layout"] = layout;
+  h["step"] = std::to_string(step);
+  h["rank"] = std::to_string(rank_);
+  h["world"] = std::to_string(size_);
+  try {
+    write_rank_checkpoint(tmp + "/" + rank_file_name(rank_), h, sections);
+  } catch (const std::exception& e) {
+    ok = false;
+    message = "rank " + std::to_string(rank_) + ": " + e.what();
+  }
+  if (!agree(world_, ok, &message)) throw Error(message, 1);
+
+  if (rank_ == 0) {
+    try {
+      std::error_code ec;
+      fsync_path(tmp, true);
+      fs::remove_all(final_dir, ec);  // an older save of the same step
+      fs::rename(tmp, final_dir);
+      const std::string marker = final_dir + "/" + kMarker;
+      {
+        std::ofstream m(marker + ".part");
+        m << "layout=" << layout << "\nstep=" << step << "\nworld=" << size_ << "\n";
+        if (!m) throw Error(marker + ": cannot write the checkpoint marker", 1);
+      }
+      fsync_path(marker + ".part", false);
+      fs::rename(marker + ".part", marker);
+      fsync_path(final_dir, true);
+      fsync_path(dir_, true);
+      // Keep the `keep_` newest complete checkpoints; drop older ones and stale partial folders.
+      std::vector<std::pair<int64_t, std::string>> complete;
+      std::vector<std::string> partial;
+      scan(dir_, &complete, &partial);
+      for (size_t i = size_t(keep_); i < complete.size(); ++i)
+        fs::remove_all(complete[i].second, ec);
+      for (const std::string& p : partial) fs::remove_all(p, ec);
+    } catch (const std::exception& e) {
+      ok = false;
+      message = e.what();
+    }
+  }
+  if (!agree(world_, ok, &message)) throw Error(message, 1);
+  return final_dir;
+}
+
+int64_t Checkpointer::newest_step() {
+  std::string list;
+  if (rank_ == 0) {
+    std::vector<std::pair<int64_t, std::string>> complete;
+    scan(dir_, &complete, nullptr);
+    list = complete.empty() ? "-1" : std::to_string(complete.front().first);
+  }
+  return std::stoll(bcast_string(world_, list, 0));
+}
+
+int64_t Checkpointer::restore(const std::string& layout, RankCheckpoint* out) {
+  // Rank 0 lists the candidates and checks their markers; all ranks then try them in order.
+  std::string plan;  // "STEP PATH\n" per candidate, or "!message" for a layout mismatch
+  if (rank_ == 0) {
+    std::vector<std::pair<int64_t, std::string>> complete;
+    std::vector<std::string> partial;
+    scan(dir_, &complete, &partial);
+    for (const std::string& p : partial)
+      spdlog::warn("checkpoint {}: incomplete (no {} marker: the save was interrupted); skipped", p,
+                   kMarker);
+    if (!complete.empty()) {
+      const auto marker = read_marker(complete.front().second);
+      const auto it = marker.find("layout");
+      if (it != marker.end() && it->second != layout) {
+        plan = "!" + complete.front().second + ": checkpoint written with '" + it->second +
+               "', this run is '" + layout +
+               "'; resume with the same model, parallel layout and device (or start afresh "
+               "in another run.name)";
+      }
+    }
+    if (plan.empty())
+      for (const auto& [step, path] : complete) plan += std::to_string(step) + " " + path + "\n";
+  }
+  plan = bcast_string(world_, plan, 0);
+  if (!plan.empty() && plan[0] == '!') throw UserError(plan.substr(1));
+
+  std::istringstream lines(plan);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t sp = line.find(' ');
+    const int64_t step = std::stoll(line.substr(0, sp));
+    const std::string path = line.substr(sp + 1);
+    std::string message;
+    bool ok = true;
+    try {
+      *out = read_rank_checkpoint(path + "/" + rank_file_name(rank_));
+      if (out->header["layout"] != layout || out->header["step"] != std::to_string(step) ||
+          out->header["world"] != std::to_string(size_)) {
+        throw UserError(path + "/" + rank_file_name(rank_) +
+                        ": its header does not match the checkpoint's marker");
+      }
+    } catch (const std::exception& e) {
+      ok = false;
+      message = "rank " + std::to_string(rank_) + ": " + e.what();
+    }
+    if (agree(world_, ok, &message)) return step;
+    if (rank_ == 0) spdlog::warn("checkpoint {}: {}; trying an older one", path, message);
+  }
+  return -1;
+}
+
+void install_stop_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = taco_stop_handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int stop_signal() { return g_stop_signal.load(); }
+void request_stop(int signo) { g_stop_signal.store(signo); }
+void clear_stop_request() { g_stop_signal.store(0); }
+
+}  // namespace taco

@@ -1,0 +1,92 @@
+// Checkpoints (DESIGN.md §6). One folder per saved step, one file per rank:
+//
+//   <dir>/step_00000120/rank_00000.bin ... rank_<world-1>.bin, then COMPLETE
+//
+// Writing (collective over the world): rank 0 makes <dir>/step_N.tmp/; every rank writes its file
+// there as rank_R.bin.part, flushes it to disk and renames it to rank_R.bin; once all ranks have,
+// rank 0 renames the folder to step_N, writes the COMPLETE marker last, and deletes all but the
+// `keep` newest complete checkpoints. A crash at any point leaves either a folder without the
+// marker (skipped on resume, with a warning) or the previous checkpoints untouched.
+//
+// A rank file: "TACOCKP1", u32 version, u64 header length, the header (text lines "key=value",
+// one "section=NAME BYTES" per section, in order), the sections' bytes, a u64 checksum of
+// everything between the magic and the checksum, "TACOEND1". Truncation or a flipped bit fails
+// the size or checksum check.
+//
+// Resuming picks the newest checkpoint whose marker is there and whose every rank file checks
+// out; older ones are the fallback. A checkpoint of another layout (the `layout` text differs:
+// parallel sizes, model, dtype or device) is refused with a one-line error.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace taco {
+
+// One named piece of a rank's state, as host bytes.
+struct CheckpointPart {
+  std::string name;
+  std::vector<uint8_t> bytes;
+};
+
+// A rank file read back (checked), for loading and for tools (taco-generate).
+struct RankCheckpoint {
+  std::map<std::string, std::string> header;  // "layout", "step", "rank", ...
+  std::vector<CheckpointPart> sections;
+  const CheckpointPart* find(const std::string& name) const;
+};
+
+// Writes one rank file atomically (.part, fsync, rename). Throws Error on I/O failure.
+void write_rank_checkpoint(const std::string& path,
+                           const std::map<std::string, std::string>& header,
+                           const std::vector<CheckpointPart>& sections);
+// Reads and checks one rank file; throws UserError naming the file and what is wrong.
+RankCheckpoint read_rank_checkpoint(const std::string& path);
+
+std::string checkpoint_step_name(int64_t step);  // "step_00000120"
+std::string rank_file_name(int rank);            // "rank_00003.bin"
+
+// The newest complete checkpoint folder under `dir` (marker present), or "" if none; `partial`
+// collects folders without a marker. Single-process (tools).
+std::string newest_complete_checkpoint(const std::string& dir, std::vector<std::string>* partial);
+
+class Checkpointer {
+ public:
+  Checkpointer(std::string dir, int keep, MPI_Comm world);
+
+  const std::string& dir() const { return dir_; }
+
+  // Collective. Saves this rank's sections as step `step`; returns the folder. Every rank throws
+  // the same Error if any rank failed.
+  std::string save(int64_t step, const std::string& layout,
+                   const std::map<std::string, std::string>& header,
+                   const std::vector<CheckpointPart>& sections);
+
+  // Collective. Loads the newest usable checkpoint into `out` (this rank's file) and returns its
+  // step, or -1 when there is none. Marker-less folders and checkpoints with a bad rank file are
+  // skipped with a warning; one written with another layout throws UserError on every rank.
+  int64_t restore(const std::string& layout, RankCheckpoint* out);
+
+  // Collective. The newest complete checkpoint's step (no file checks), or -1.
+  int64_t newest_step();
+
+ private:
+  std::string dir_;
+  int keep_;
+  MPI_Comm world_;
+  int rank_ = 0, size_ = 1;
+};
+
+// SIGINT/SIGTERM: the handler only records the signal; the trainer checks stop_signal() after
+// each step (agreeing over all ranks), saves a checkpoint and stops.
+void install_stop_signal_handlers();
+int stop_signal();             // 0 while none was received
+void request_stop(int signo);  // what the handler does (tests)
+void clear_stop_request();
+
+}  // namespace taco
