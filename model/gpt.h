@@ -63,6 +63,9 @@ class Gpt {
   // [Nr, C]: d(stage output), received by a non-last stage before backward_stage; after it,
   // d(stage input), which a non-first stage sends back.
   Tensor stage_grad() const { return dresid_; }
+  // [B*T, V_local]: the last forward's logits on the last stage (before a backward, or a
+  // forward given dloss, overwrites them with their gradient); for sampling.
+  Tensor logits() const { return logits_; }
 
   // Parameters whose gradients are partial sums over the tp group under sequence parallelism
   // (LayerNorms and positions see only this rank's token rows): the trainer all-reduces them.

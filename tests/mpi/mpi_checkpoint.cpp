@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "engine/config/config.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/checkpoint_model.h"
 #include "engine/train/trainer.h"
 #include "kernels/check.h"
 #include "tests/support/fortune_data.h"
@@ -134,6 +136,27 @@ TEST(CheckpointRanks, OneRanksDamagedFileSendsEveryRankToTheOlderCheckpoint) {
   MPI_Barrier(MPI_COMM_WORLD);
   Trainer resumed(layout_config(2, 1, 1, {"checkpoint.resume=true"}), in_dir(dir));
   EXPECT_EQ(resumed.start_step(), 4) << "rank " << world_rank();
+}
+
+// The whole model assembled from a tp=2 or a pp=2 checkpoint is the tp=1 model: with a learning
+// rate of 1e-30 one step leaves the GPT-2 init (a pure function of seed, name and position) in
+// place, up to ~1e-30 on parameters that start at zero.
+TEST(CheckpointRanks, WholeModelFromAnyLayoutIsTheSingleRankModel) {
+  for (auto [tp, pp] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    SCOPED_TRACE("tp=" + std::to_string(tp) + " pp=" + std::to_string(pp));
+    const std::string dir = shared_dir("whole_" + std::to_string(tp) + std::to_string(pp));
+    const Config cfg = layout_config(tp, pp, 1, {"train.steps=1", "train.lr=1e-30"});
+    Trainer(cfg, in_dir(dir)).run();
+    if (world_rank() != 0) continue;
+    const FullModel full = load_full_model(dir + "/ckpt/step_00000001", cfg);
+    const ParamLayout layout(full.dims, LayoutSpec{1, 0, 0, full.dims.n_layer, true, true});
+    std::vector<float> init(layout.total());
+    init_params_gpt2(layout, cfg.train.seed, init.data());
+    ASSERT_EQ(full.params.size(), init.size());
+    size_t off = 0;
+    for (size_t i = 0; i < init.size(); ++i) off += std::fabs(full.params[i] - init[i]) > 1e-20f;
+    EXPECT_EQ(off, 0u);
+  }
 }
 
 }  // namespace
