@@ -260,18 +260,18 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
     s.checkpointer = std::make_unique<Checkpointer>(dir, ck.keep, ctx.world);
     const std::string layout =
         checkpoint_layout(config, s.dims, s.dtype, s.device.kind, s.grid->world_size());
-    if (ck.resume != "false" && s.calibration) {
-      throw UserError(config.source +
-                      ": checkpoint.resume: resuming a run whose compression has group: auto "
-                      "is not supported yet; set the groups chosen in calibration.json in the "
-                      "rules, or resume: false");
-    }
     if (ck.resume != "false") {
       RankCheckpoint loaded;
       const int64_t step = s.checkpointer->restore(layout, &loaded);
       if (step < 0 && ck.resume == "true") {
         throw UserError(config.source + ": checkpoint.resume: no complete checkpoint in " + dir +
                         "; run without --resume (or resume: auto) to start from step 0");
+      }
+      if (step >= 0 && s.calibration) {
+        throw UserError(config.source +
+                        ": checkpoint.resume: resuming a run whose compression has group: auto "
+                        "is not supported yet; write the groups chosen in calibration.json into "
+                        "the rules, or start afresh in another run.name");
       }
       if (step >= 0) {
         const std::string where = dir + "/" + checkpoint_step_name(step);

@@ -243,6 +243,15 @@ TEST(CheckpointResume, RefusesAnotherLayoutAMissingCheckpointAndOverwriting) {
   expect_user_error([&] { Trainer(small_config({"checkpoint.resume=true"}), in_dir(empty)); },
                     "no complete checkpoint in " + empty + "/ckpt");
   EXPECT_EQ(Trainer(small_config({"checkpoint.resume=auto"}), in_dir(empty)).start_step(), 0);
+
+  // A run that calibrates its codec groups (group: auto) starts with resume: auto, but resuming
+  // one is refused until the calibration is saved with checkpoints.
+  const std::vector<std::string> calibrated = {"compression.default={codec: taco, group: auto}",
+                                               "compression.calibrate_steps=2",
+                                               "checkpoint.resume=auto", "train.steps=2"};
+  const std::string cal = test::scratch_dir("ckpt_calibrated");
+  Trainer(small_config(calibrated), in_dir(cal)).run();
+  expect_user_error([&] { Trainer(small_config(calibrated), in_dir(cal)); }, "group: auto");
 }
 
 // --- taco-train and a real SIGTERM ------------------------------------------------------------
