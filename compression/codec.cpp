@@ -97,10 +97,18 @@ void Codec::encode_async(const void*, DType, MessageShape, uint8_t*, Stream, int
 }
 
 void Codec::decode_async(const uint8_t*, size_t, MessageShape, void*, DType, bool, Stream,
-                         uint32_t*) const {
+                         uint32_t*, int64_t*) const {
   throw UserError("codec " + name() +
                   ": no device implementation in this build; "
                   "stage the message through host memory");
+}
+
+void Codec::throw_device_wire_error(uint32_t status, const uint8_t* header, size_t size,
+                                    MessageShape shape, const WireContext& context) const {
+  // check() reads only the header bytes (and stops at the length checks), so the host copy of
+  // the first min(size, 48) bytes reproduces the host decoder's error line exactly.
+  check(header, size, shape, context);
+  throw_wire_error(WireStatus(status), "reported by the device decoder", size, context);
 }
 
 std::unique_ptr<Codec> make_codec(const CodecOptions& options) {

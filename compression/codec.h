@@ -75,10 +75,19 @@ class Codec {
   // `nonfinite_groups`: device int64 the kernel adds its count into.
   virtual void encode_async(const void* x, DType dtype, MessageShape shape, uint8_t* out,
                             Stream stream, int64_t* nonfinite_groups) const;
-  // `status`: device word set to a non-zero WireStatus when the header is rejected.
+  // `status`: device word (zeroed by the caller) set to a non-zero WireStatus when the header is
+  // rejected; a non-zero word is left as it is. `nonfinite_groups`: device int64 (may be null)
+  // the kernel adds the number of groups it decoded as NaN into. Wire buffers (`out` of
+  // encode_async, `in` here) must be 16-byte aligned, as cudaMalloc's are.
   virtual void decode_async(const uint8_t* in, size_t size, MessageShape shape, void* out,
-                            DType out_dtype, bool accumulate, Stream stream,
-                            uint32_t* status) const;
+                            DType out_dtype, bool accumulate, Stream stream, uint32_t* status,
+                            int64_t* nonfinite_groups = nullptr) const;
+
+  // After a decode_async whose status word came back non-zero: throws the UserError the host
+  // decoder would have thrown for this buffer. `header` is a host copy of its first
+  // min(size, 48) bytes; `size` the buffer's full length.
+  [[noreturn]] void throw_device_wire_error(uint32_t status, const uint8_t* header, size_t size,
+                                            MessageShape shape, const WireContext& context) const;
 
  protected:
   explicit Codec(CodecOptions options) : options_(options) {}

@@ -1,14 +1,67 @@
 // fp8_tensor, fp8_block and taco: the grouped FP8 kernels (kernels/codec_fp8.h) with the
-// grouping each codec implies.
+// grouping each codec implies. A CUDA build adds the device path (compression/cuda/), which
+// writes and reads the same bytes.
 #include "kernels/codec_fp8.h"
 #include "compression/codec_impl.h"
+#include "kernels/check.h"
+
+#if TACO_HAVE_CUDA
+#include "compression/cuda/codec_fp8_device.h"
+#endif
 
 namespace taco {
 namespace {
 
+#if TACO_HAVE_CUDA
+// The wire-format numbers the (C++17) device code mirrors.
+static_assert(cuda::wire::kMagic == kWireMagic && cuda::wire::kVersion == kWireVersion &&
+              cuda::wire::kHeaderBytes == kWireHeaderBytes &&
+              cuda::wire::kMaxElements == kMaxWireElements);
+static_assert(cuda::wire::wrong_shape == uint32_t(WireStatus::wrong_shape) &&
+              cuda::wire::bad_field == uint32_t(WireStatus::bad_field) &&
+              cuda::wire::truncated == uint32_t(WireStatus::truncated));
+static_assert(cuda::wire::kKindTaco == uint8_t(CodecKind::taco) &&
+              cuda::wire::kKindFp8Block == uint8_t(CodecKind::fp8_block) &&
+              cuda::wire::kKindFp8Tensor == uint8_t(CodecKind::fp8_tensor));
+
+cuda::Fp8DeviceMessage device_message(const CodecOptions& o, MessageShape shape, DType dtype) {
+  cuda::Fp8DeviceMessage m;
+  m.spec = fp8_group_spec(o, shape);
+  m.kind = uint8_t(o.kind);
+  m.axis = uint8_t(o.axis);
+  m.group = uint32_t(o.group);
+  write_wire_header(make_wire_header(o, shape, dtype), m.header);
+  const WireLayout l = wire_layout(o, shape, dtype);
+  TACO_CHECK(l.payload_offset == kWireHeaderBytes, "FP8 payload starts after the header");
+  m.payload_bytes = l.payload_bytes;
+  m.scales_offset = l.scales_offset;
+  m.scales_bytes = l.scales_bytes;
+  m.total_bytes = l.total_bytes;
+  return m;
+}
+#endif
+
 class Fp8Codec final : public Codec {
  public:
   explicit Fp8Codec(const CodecOptions& options) : Codec(options) {}
+
+#if TACO_HAVE_CUDA
+  bool has_device_path() const override { return true; }
+
+  void encode_async(const void* x, DType dtype, MessageShape shape, uint8_t* out, Stream stream,
+                    int64_t* nonfinite_groups) const override {
+    cuda::fp8_encode_device(x, dtype, device_message(options(), shape, dtype), out, stream,
+                            nonfinite_groups);
+  }
+
+  void decode_async(const uint8_t* in, size_t size, MessageShape shape, void* out, DType out_dtype,
+                    bool accumulate, Stream stream, uint32_t* status,
+                    int64_t* nonfinite_groups) const override {
+    // The layout of an FP8 message does not depend on the sender's dtype.
+    cuda::fp8_decode_device(in, size, device_message(options(), shape, DType::f32), out, out_dtype,
+                            accumulate, stream, status, nonfinite_groups);
+  }
+#endif
 
  protected:
   EncodeResult encode_body(const void* x, DType dtype, const WireHeader& header,

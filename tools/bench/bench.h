@@ -7,7 +7,8 @@
 
 namespace taco::bench {
 
-// taco-bench codec --cpu [--rows R] [--cols C] [--reps N] [--seed S] [--threads T] [--json FILE]
+// taco-bench codec [--cpu|--gpu] [--rows R] [--cols C] [--reps N] [--seed S] [--threads T]
+//                  [--json FILE]
 int codec(const std::vector<std::string>& args);
 
 // taco-bench step [--model 124m|350m|1.3b] [--steps N] [--warmup N] [--batch B] [--per-kernel]

@@ -1,4 +1,5 @@
-// taco-bench codec --cpu: every codec on the synthetic activations of DESIGN.md §4.
+// taco-bench codec: the device codecs (default where a GPU exists; bench_codec_gpu.cpp) or, with
+// --cpu, every CPU codec on the synthetic activations of DESIGN.md §4.
 //
 // Per codec and distribution: wire bytes per element (header and scales included), the ratio
 // against bf16, the relative L2 error, the mean per-channel relative error (channel = column of
@@ -19,14 +20,17 @@
 
 #include "compression/codec.h"
 #include "compression/stats.h"
+#include "engine/runtime/device.h"
 #include "kernels/check.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/bench_codec_gpu.h"
 
 namespace taco::bench {
 namespace {
 
 struct Args {
   bool cpu = false;
+  bool gpu = false;
   int64_t rows = 1536;  // a multiple of 512, so every group size divides along tokens
   int64_t cols = 768;
   int reps = 3;
@@ -52,6 +56,8 @@ Args parse_args(const std::vector<std::string>& a) {
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i] == "--cpu") {
       r.cpu = true;
+    } else if (a[i] == "--gpu") {
+      r.gpu = true;
     } else if (a[i] == "--rows") {
       r.rows = positive("--rows", value(i));
     } else if (a[i] == "--cols") {
@@ -68,9 +74,7 @@ Args parse_args(const std::vector<std::string>& a) {
       throw UserError("unknown option '" + a[i] + "'; see taco-bench --help");
     }
   }
-  if (!r.cpu) {
-    throw UserError("only the CPU codecs exist so far; run taco-bench codec --cpu");
-  }
+  if (r.cpu && r.gpu) throw UserError("--cpu and --gpu: pick one");
   if (r.rows * r.cols > (int64_t(1) << 28)) {
     throw UserError("--rows x --cols: at most 2^28 elements");
   }
@@ -241,6 +245,17 @@ void write_json(const std::string& path, const Args& a, double copy_gbps,
 
 int codec(const std::vector<std::string>& args) {
   const Args a = parse_args(args);
+  if (!a.cpu) {
+    if (built_with_cuda() && cuda_device_count() > 0) {
+      GpuCodecArgs g;
+      g.reps = a.reps;
+      g.seed = a.seed;
+      g.json = a.json;
+      return codec_gpu(g);
+    }
+    if (a.gpu) throw UserError("--gpu: no CUDA device (or a build without CUDA)");
+    std::printf("no CUDA device: benchmarking the CPU codecs (taco-bench codec --cpu)\n");
+  }
   if (a.threads > 0) omp_set_num_threads(a.threads);
   const std::vector<Distribution> dists = distributions(a);
   const size_t n = size_t(a.rows * a.cols);

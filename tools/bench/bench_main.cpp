@@ -16,9 +16,12 @@ struct Subcommand {
 
 constexpr Subcommand kSubcommands[] = {
     {"codec", taco::bench::codec,
-     "codec --cpu [--rows R] [--cols C] [--reps N] [--seed S] [--threads T] [--json FILE]\n"
-     "      bytes/element, ratio vs bf16, relative and per-channel error and GB/s of every\n"
-     "      codec on synthetic activations (DESIGN.md §4)"},
+     "codec [--cpu|--gpu] [--rows R] [--cols C] [--reps N] [--seed S] [--threads T]\n"
+     "      [--json FILE]\n"
+     "      GPU (default where one exists): encode, decode, decode-accumulate GB/s of the\n"
+     "      device codecs at 1 MB .. 1 GB of bf16 next to a device memcpy, and their error;\n"
+     "      --cpu: bytes/element, ratio vs bf16, relative and per-channel error and GB/s of\n"
+     "      every codec on synthetic activations (DESIGN.md §4)"},
     {"step", taco::bench::step,
      "step [--model 124m|350m|1.3b] [--steps N] [--warmup N] [--batch B] [--per-kernel]\n"
      "      [--reps N] [--check] [--torch] [--torch-script PATH] [--seed S] [--json FILE]\n"

@@ -1,0 +1,167 @@
+// How the grouped FP8 kernels cut a message into per-warp tiles, and their vector memory access.
+//
+// Along hidden (groups of G consecutive elements of a row) a tile is one group: L lanes, each
+// holding R consecutive elements (R = max(16 bytes / element, G / 32), so a lane reads whole
+// 16-byte vectors). Along tokens (groups of G consecutive rows of one column) a tile is C
+// adjacent columns x G rows: L = 32 lanes, each holding R = G / 32 consecutive rows of the C
+// columns (one C-element vector load per row). A warp runs 32 / L tiles side by side.
+// Values sit in v[c][r]: column (group) c, group element li * R + r.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/codec_fp8.h"
+
+namespace taco::cuda::codec {
+
+constexpr int kThreads = 256;
+
+// The per-launch numbers every grouped kernel needs (host-filled).
+struct GroupParams {
+  int64_t rows = 0, cols = 0;
+  int64_t tiles = 0;          // hidden: groups; tokens: row blocks x column blocks
+  int64_t tiles_per_row = 0;  // hidden: groups per row; tokens: column blocks
+  int64_t num_groups = 0;
+  uint64_t scales_offset = 0;  // from the start of the message
+  Fp8Format format = Fp8Format::e4m3;
+  Fp8Scales scales = Fp8Scales::single;
+  bool hadamard = false;
+  bool vectorized = false;  // 16-byte aligned pointers and rows that keep vectors aligned
+  float hadamard_scale = 1.f;
+  float target = 448.f;
+};
+
+template <int ElementBytes, int G, bool kTokens>
+struct TileShape {
+  static constexpr int V = 16 / ElementBytes;  // elements per 16-byte vector
+  static constexpr int R = kTokens ? G / 32 : (V > G / 32 ? V : G / 32);
+  static constexpr int L = G / R;
+  static constexpr int C = kTokens ? (R <= 8 ? 8 : 4) : 1;
+  static constexpr int kTilesPerWarp = 32 / L;
+  static constexpr int kRun = kTokens ? C : V;  // elements per vector access
+  static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per group must divide a warp");
+};
+
+// One lane's view of its tile.
+struct TileRef {
+  int64_t base;         // element index of (r = 0, c = 0) for this lane
+  int64_t stride_r;     // element distance between r and r + 1
+  int64_t first_group;  // scale index of column c = 0
+  int n;                // elements in the group (0: no tile for this lane)
+  int columns;          // valid columns (groups) of the tile
+  int r0;               // this lane's first group element, li * R
+  bool full;            // n == G: the Hadamard transform applies
+
+  __device__ __forceinline__ bool valid(int r, int c) const { return r0 + r < n && c < columns; }
+};
+
+template <int G, bool kTokens, int R, int C>
+__device__ __forceinline__ TileRef tile_at(int64_t tile, int li, const GroupParams& p) {
+  TileRef t{0, 1, 0, 0, 0, li * R, false};
+  if (tile >= p.tiles) return t;
+  const int64_t major = tile / p.tiles_per_row, minor = tile % p.tiles_per_row;
+  if constexpr (kTokens) {
+    const int64_t c0 = minor * C;
+    t.n = int(min(int64_t(G), p.rows - major * G));
+    t.columns = int(min(int64_t(C), p.cols - c0));
+    t.base = (major * G + t.r0) * p.cols + c0;
+    t.stride_r = p.cols;
+    t.first_group = major * p.cols + c0;
+  } else {
+    t.n = int(min(int64_t(G), p.cols - minor * G));
+    t.columns = 1;
+    t.base = major * p.cols + minor * G + t.r0;
+    t.first_group = tile;
+  }
+  t.full = t.n == G;
+  return t;
+}
+
+// --- vector access --------------------------------------------------------------------------
+
+// N consecutive fp32 or bf16 (as uint16 bits) values widened to fp32; p aligned to the access.
+template <int N>
+__device__ __forceinline__ void load_run(const float* p, float* d) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < N; k += 4) {
+      const float4 t = __ldg(reinterpret_cast<const float4*>(p + k));
+      d[k] = t.x, d[k + 1] = t.y, d[k + 2] = t.z, d[k + 3] = t.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) d[k] = __ldg(p + k);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void load_run(const uint16_t* p, float* d) {
+  static_assert(N % 2 == 0, "bf16 runs are pairs");
+  constexpr int kWords = N / 2;  // two bf16 per 32-bit word
+  uint32_t w[kWords];
+  if constexpr (kWords % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < kWords; k += 4) {
+      const uint4 t = __ldg(reinterpret_cast<const uint4*>(p) + k / 4);
+      w[k] = t.x, w[k + 1] = t.y, w[k + 2] = t.z, w[k + 3] = t.w;
+    }
+  } else if constexpr (kWords == 2) {
+    const uint2 t = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = t.x, w[1] = t.y;
+  } else {
+    w[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
+  }
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) {
+    d[2 * k] = __uint_as_float(w[k] << 16);
+    d[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+  }
+}
+
+__device__ __forceinline__ float load_one(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float load_one(const uint16_t* p) {
+  return __uint_as_float(uint32_t(__ldg(reinterpret_cast<const unsigned short*>(p))) << 16);
+}
+
+// N bytes (4, 8 or 16) as 32-bit words, p aligned to N.
+template <int N>
+__device__ __forceinline__ void load_bytes(const uint8_t* p, uint32_t* w) {
+  if constexpr (N == 16) {
+    const uint4 t = __ldg(reinterpret_cast<const uint4*>(p));
+    w[0] = t.x, w[1] = t.y, w[2] = t.z, w[3] = t.w;
+  } else if constexpr (N == 8) {
+    const uint2 t = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = t.x, w[1] = t.y;
+  } else {
+    static_assert(N == 4, "byte runs of 4, 8 or 16");
+    w[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void store_bytes(uint8_t* p, const uint32_t* w) {
+  if constexpr (N == 16) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else if constexpr (N == 8) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+  } else {
+    static_assert(N == 4, "byte runs of 4, 8 or 16");
+    *reinterpret_cast<uint32_t*>(p) = w[0];
+  }
+}
+
+__device__ __forceinline__ uint32_t byte_of(const uint32_t* w, int i) {
+  return (w[i / 4] >> (8 * (i % 4))) & 0xFFu;
+}
+
+__device__ __forceinline__ void put_f32(uint8_t* p, float v) {
+  *reinterpret_cast<float*>(p) = v;  // scale sections are 16-byte aligned: 4-byte entries are
+}
+
+__device__ __forceinline__ float get_f32(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const float*>(p));
+}
+
+}  // namespace taco::cuda::codec

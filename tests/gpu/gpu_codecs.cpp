@@ -1,0 +1,311 @@
+// The CUDA codecs (compression/cuda/) against the CPU reference (kernels/cpu/codec_fp8.cpp):
+// every FP8 codec and option (format, G, scale mode, axis), fp32 and bf16 inputs, shapes whose
+// rows and columns G divides and shapes that leave short tail groups, on fresh random data
+// (Gaussian, sparse outliers, outlier channels, with NaN and Inf).
+//
+// Tolerance: none. The device arithmetic is the reference's, operation for operation (explicit
+// round-to-nearest intrinsics, the same sum and butterfly orders), so
+//   - encoded bytes (header, payload, scales, padding) are identical;
+//   - decoded fp32 and bf16 values are identical in their bits, except that NaN payloads may
+//     differ (a GPU add on NaN returns the canonical NaN): NaN must meet NaN;
+//   - the non-finite group counts are the CPU's.
+// Header checks: each corruption must give the device status and the error line the host
+// decoder gives, and leave the output untouched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compression/codec.h"
+#include "kernels/check.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/support/test_util.h"
+
+namespace taco {
+namespace {
+
+using test::describe;
+using test::DeviceArray;
+
+enum class Data { gaussian, outliers, channels, nonfinite };
+const char* data_name(Data d) {
+  switch (d) {
+    case Data::gaussian:
+      return "gaussian";
+    case Data::outliers:
+      return "outliers";
+    case Data::channels:
+      return "channels";
+    case Data::nonfinite:
+      return "nonfinite";
+  }
+  return "?";
+}
+
+// Gaussian (std 1e-3); 0.1% of elements x100; every 97th channel x50; or a few NaN/Inf.
+std::vector<float> make_data(Data d, MessageShape shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1e-3f);
+  const size_t n = size_t(shape.count());
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  std::uniform_int_distribution<size_t> pick(0, n - 1);
+  switch (d) {
+    case Data::gaussian:
+      break;
+    case Data::outliers:
+      for (size_t k = 0; k < n / 1000 + 1; ++k) x[pick(rng)] *= 100.f;
+      break;
+    case Data::channels:
+      for (size_t i = 0; i < n; ++i) {
+        if ((i % size_t(shape.cols)) % 97 == 3) x[i] *= 50.f;
+      }
+      break;
+    case Data::nonfinite:
+      x[pick(rng)] = std::nanf("");
+      x[pick(rng)] = INFINITY;
+      x[pick(rng)] = -INFINITY;
+      break;
+  }
+  return x;
+}
+
+std::vector<CodecOptions> all_fp8_options() {
+  std::vector<CodecOptions> out;
+  for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+    out.push_back(CodecOptions{CodecKind::fp8_tensor, f, 0, Fp8Scales::single, GroupAxis::hidden});
+    for (int g : kGroupSizes) {
+      for (GroupAxis axis : {GroupAxis::hidden, GroupAxis::token}) {
+        for (Fp8Scales s : {Fp8Scales::single, Fp8Scales::e8m0}) {
+          out.push_back(CodecOptions{CodecKind::fp8_block, f, g, s, axis});
+        }
+        for (Fp8Scales s : {Fp8Scales::dual, Fp8Scales::single, Fp8Scales::e8m0}) {
+          out.push_back(CodecOptions{CodecKind::taco, f, g, s, axis});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Bits equal, or both NaN.
+size_t count_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool same = std::isnan(a[i]) ? std::isnan(b[i]) : std::memcmp(&a[i], &b[i], 4) == 0;
+    bad += !same;
+  }
+  return bad;
+}
+
+size_t count_mismatches(const std::vector<bf16>& a, const std::vector<bf16>& b) {
+  return count_mismatches(test::to_float(a), test::to_float(b));
+}
+
+size_t count_byte_mismatches(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  size_t bad = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) bad += a[i] != b[i];
+  return bad;
+}
+
+template <class T>
+std::vector<T> as(const std::vector<float>& x);
+template <>
+std::vector<float> as(const std::vector<float>& x) {
+  return x;
+}
+template <>
+std::vector<bf16> as(const std::vector<float>& x) {
+  return test::to_bf16(x);
+}
+
+// One codec, one shape, one data set, one input type: every property of the file's header.
+template <class T>
+void check_case(const Codec& codec, MessageShape shape, Data data, uint64_t seed) {
+  SCOPED_TRACE(describe(codec.name(), " [", shape.rows, ", ", shape.cols, "] ", data_name(data),
+                        sizeof(T) == 2 ? " bf16" : " fp32", " seed ", seed));
+  const DType dtype = sizeof(T) == 2 ? DType::bf16 : DType::f32;
+  const std::vector<T> x = as<T>(make_data(data, shape, seed));
+  const size_t n = x.size(), size = codec.max_encoded_size(shape, dtype);
+  const WireContext ctx{"test", 0};
+
+  std::vector<uint8_t> cpu_wire(size);
+  const EncodeResult cpu_enc = codec.encode(x.data(), shape, cpu_wire.data(), size);
+
+  DeviceArray<T> dx(x);
+  DeviceArray<uint8_t> gpu_wire(size);
+  DeviceArray<int64_t> counter(std::vector<int64_t>{0});
+  codec.encode_async(dx.get(), dtype, shape, gpu_wire.get(), nullptr, counter.get());
+  EXPECT_EQ(count_byte_mismatches(gpu_wire.download(), cpu_wire), 0u) << "encoded bytes";
+  EXPECT_EQ(counter.download()[0], cpu_enc.nonfinite_groups);
+  if (data == Data::nonfinite) {
+    EXPECT_GT(cpu_enc.nonfinite_groups, 0);
+  }
+
+  // Decode the CPU's bytes on the GPU (fp32, bf16, accumulate); the GPU's bytes on the CPU.
+  DeviceArray<uint8_t> wire(cpu_wire);
+  DeviceArray<uint32_t> status(std::vector<uint32_t>{0});
+  std::vector<float> ref(n);
+  const DecodeResult cpu_dec = codec.decode(cpu_wire.data(), size, shape, ref.data(), ctx);
+  EXPECT_EQ(cpu_dec.nonfinite_groups, cpu_enc.nonfinite_groups);
+  {
+    DeviceArray<float> out(n);
+    counter.upload({0});
+    codec.decode_async(wire.get(), size, shape, out.get(), DType::f32, false, nullptr, status.get(),
+                       counter.get());
+    EXPECT_EQ(count_mismatches(out.download(), ref), 0u) << "fp32 decode";
+    EXPECT_EQ(counter.download()[0], cpu_dec.nonfinite_groups);
+  }
+  {
+    std::vector<bf16> ref_bf16(n);
+    codec.decode(cpu_wire.data(), size, shape, ref_bf16.data(), ctx);
+    DeviceArray<bf16> out(n);
+    codec.decode_async(wire.get(), size, shape, out.get(), DType::bf16, false, nullptr,
+                       status.get());
+    EXPECT_EQ(count_mismatches(out.download(), ref_bf16), 0u) << "bf16 decode";
+  }
+  {
+    const std::vector<float> before = make_data(Data::gaussian, shape, seed + 1);
+    std::vector<float> ref_acc = before;
+    codec.decode_accumulate(cpu_wire.data(), size, shape, ref_acc.data(), ctx);
+    DeviceArray<float> acc(before);
+    codec.decode_async(wire.get(), size, shape, acc.get(), DType::f32, true, nullptr, status.get());
+    EXPECT_EQ(count_mismatches(acc.download(), ref_acc), 0u) << "decode-accumulate";
+  }
+  {
+    std::vector<float> from_gpu(n);
+    const std::vector<uint8_t> gpu_bytes = gpu_wire.download();
+    codec.decode(gpu_bytes.data(), size, shape, from_gpu.data(), ctx);
+    EXPECT_EQ(count_mismatches(from_gpu, ref), 0u) << "CPU decode of GPU bytes";
+  }
+  EXPECT_EQ(status.download()[0], 0u) << "a valid header was rejected";
+}
+
+const MessageShape kShapes[] = {
+    {1024, 512},  // every G divides both ways: the vector paths
+    {37, 200},    // tails along both axes, columns not a multiple of 8: scalar paths
+    {1, 1000},    // one row: along tokens, every group is a tail
+    {600, 72},    // tails of rows along tokens, vectorized columns
+};
+
+TEST(CudaCodecs, EncodeDecodeAndAccumulateMatchTheCpuReferenceBitForBit) {
+  TACO_SKIP_WITHOUT_GPU();
+  uint64_t seed = 1;
+  for (const CodecOptions& o : all_fp8_options()) {
+    const auto codec = make_codec(canonical(o));
+    ASSERT_TRUE(codec->has_device_path());
+    for (MessageShape shape : kShapes) {
+      for (Data d : {Data::gaussian, Data::outliers, Data::channels, Data::nonfinite}) {
+        check_case<float>(*codec, shape, d, ++seed);
+        check_case<bf16>(*codec, shape, d, ++seed);
+        if (HasFailure()) return;  // one failing case tells the story; thousands would not
+      }
+    }
+  }
+}
+
+TEST(CudaCodecs, EmptyMessageWritesTheCpuHeader) {
+  TACO_SKIP_WITHOUT_GPU();
+  for (const CodecOptions& o : all_fp8_options()) {
+    const auto codec = make_codec(canonical(o));
+    for (MessageShape shape : {MessageShape{0, 512}, MessageShape{4, 0}}) {
+      const size_t size = codec->max_encoded_size(shape, DType::f32);
+      std::vector<uint8_t> cpu(size);
+      codec->encode(static_cast<const float*>(nullptr), shape, cpu.data(), size);
+      DeviceArray<uint8_t> gpu(size);
+      codec->encode_async(nullptr, DType::f32, shape, gpu.get(), nullptr, nullptr);
+      EXPECT_EQ(count_byte_mismatches(gpu.download(), cpu), 0u) << codec->name();
+    }
+  }
+}
+
+// The error line the host decoder throws for these bytes ("" when it accepts them).
+std::string host_error(const Codec& codec, const std::vector<uint8_t>& bytes, size_t size,
+                       MessageShape shape) {
+  std::vector<float> out(size_t(shape.count()));
+  try {
+    codec.decode(bytes.data(), size, shape, out.data(), WireContext{"test", 0});
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The device's verdict on the same bytes, as the error line throw_device_wire_error builds.
+std::string device_error(const Codec& codec, const std::vector<uint8_t>& bytes, size_t size,
+                         MessageShape shape) {
+  DeviceArray<uint8_t> in(bytes.empty() ? std::vector<uint8_t>(1) : bytes);
+  DeviceArray<float> out(size_t(shape.count()));
+  DeviceArray<uint32_t> status(std::vector<uint32_t>{0});
+  codec.decode_async(in.get(), size, shape, out.get(), DType::f32, false, nullptr, status.get());
+  const uint32_t s = status.download()[0];
+  // A rejected buffer leaves the output as it was (poisoned: all 0xff bytes).
+  if (s != 0) {
+    for (float v : out.download()) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      EXPECT_EQ(bits, 0xffffffffu) << "a rejected buffer wrote output";
+      if (bits != 0xffffffffu) break;
+    }
+  }
+  if (s == 0) return "";
+  const std::vector<uint8_t> header(bytes.begin(),
+                                    bytes.begin() + std::min<size_t>(size, kWireHeaderBytes));
+  try {
+    codec.throw_device_wire_error(s, header.data(), size, shape, WireContext{"test", 0});
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "throw_device_wire_error did not throw";
+}
+
+TEST(CudaCodecs, HeaderChecksRejectWhatTheHostRejectsWithTheSameError) {
+  TACO_SKIP_WITHOUT_GPU();
+  const MessageShape shape{64, 256};
+  const auto codec = make_codec(
+      CodecOptions{CodecKind::taco, Fp8Format::e4m3, 128, Fp8Scales::dual, GroupAxis::hidden});
+  const std::vector<float> x = make_data(Data::gaussian, shape, 99);
+  const size_t size = codec->max_encoded_size(shape, DType::f32);
+  std::vector<uint8_t> good(size);
+  codec->encode(x.data(), shape, good.data(), size);
+
+  auto expect_same = [&](const std::string& what, const std::vector<uint8_t>& bytes, size_t n,
+                         MessageShape expect_shape, const Codec& receiver) {
+    SCOPED_TRACE(what);
+    const std::string host = host_error(receiver, bytes, n, expect_shape);
+    EXPECT_FALSE(host.empty()) << "the host accepted it";
+    EXPECT_EQ(device_error(receiver, bytes, n, expect_shape), host);
+  };
+  EXPECT_EQ(device_error(*codec, good, size, shape), "");
+  // Every header byte flipped: magic, version, checksum, fields, reserved bytes.
+  for (size_t i = 0; i < kWireHeaderBytes; ++i) {
+    std::vector<uint8_t> bad = good;
+    bad[i] ^= 0x5a;
+    expect_same(describe("byte ", i, " flipped"), bad, size, shape, *codec);
+  }
+  // A forged header with a valid checksum whose rows disagree with its total bytes.
+  {
+    std::vector<uint8_t> bad = good;
+    WireHeader h;
+    ASSERT_EQ(read_wire_header(good.data(), size, &h), WireStatus::ok);
+    h.shape.rows ^= 1;
+    write_wire_header(h, bad.data());
+    expect_same("total bytes inconsistent with rows", bad, size, shape, *codec);
+  }
+  expect_same("truncated to 3", good, 3, shape, *codec);
+  expect_same("truncated to 40", good, 40, shape, *codec);
+  expect_same("one byte short", good, size - 1, shape, *codec);
+  expect_same("wrong shape", good, size, MessageShape{128, 128}, *codec);
+  const auto other_options = make_codec(
+      CodecOptions{CodecKind::taco, Fp8Format::e4m3, 64, Fp8Scales::dual, GroupAxis::hidden});
+  expect_same("wrong options", good, size, shape, *other_options);
+  const auto other_codec = make_codec(CodecOptions{CodecKind::fp8_block, Fp8Format::e4m3, 128,
+                                                   Fp8Scales::single, GroupAxis::hidden});
+  expect_same("wrong codec", good, size, shape, *other_codec);
+}
+
+}  // namespace
+}  // namespace taco

@@ -1,0 +1,195 @@
+// taco-bench codec (GPU): the device codecs (compression/cuda/) on bf16 messages [n / 1024, 1024]
+// of 1 MB .. 1 GB. For each size and codec: encode (bf16 in + wire out), decode to bf16 (wire in +
+// bf16 out) and decode-accumulate into fp32 (wire in + fp32 in + fp32 out), in GB/s of bytes
+// moved, next to a device-to-device cudaMemcpy of the bf16 message (read + write) timed in the
+// same run, and the relative L2 error of the decoded message against the input. CUDA events,
+// best of --reps after one warm-up.
+#include "tools/bench/bench_codec_gpu.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "compression/codec.h"
+#include "kernels/check.h"
+
+#if TACO_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "engine/runtime/cuda_check.h"
+#endif
+
+namespace taco::bench {
+
+#if TACO_HAVE_CUDA
+namespace {
+
+constexpr int64_t kCols = 1024;
+constexpr int64_t kErrorSample = int64_t(1) << 22;  // elements checked for the error
+
+struct GpuRow {
+  size_t message_bytes;
+  std::string codec;
+  double wire_bytes, copy_gbps, encode_gbps, decode_gbps, accumulate_gbps, rel_l2;
+};
+
+template <class F>
+double best_ms(int reps, cudaEvent_t start, cudaEvent_t stop, F&& f) {
+  f();  // warm-up
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    TACO_CHECK_CUDA(cudaEventRecord(start));
+    f();
+    TACO_CHECK_CUDA(cudaEventRecord(stop));
+    TACO_CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    TACO_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    best = std::min(best, double(ms));
+  }
+  return best;
+}
+
+std::vector<CodecOptions> gpu_codecs() {
+  const auto e4 = Fp8Format::e4m3;
+  const auto hid = GroupAxis::hidden, tok = GroupAxis::token;
+  return {canonical({CodecKind::fp8_tensor, e4, 0, Fp8Scales::single, hid}),
+          canonical({CodecKind::fp8_block, e4, 128, Fp8Scales::single, hid}),
+          canonical({CodecKind::taco, e4, 128, Fp8Scales::dual, hid}),
+          canonical({CodecKind::taco, e4, 128, Fp8Scales::single, hid}),
+          canonical({CodecKind::taco, e4, 128, Fp8Scales::e8m0, hid}),
+          canonical({CodecKind::taco, e4, 128, Fp8Scales::dual, tok}),
+          canonical({CodecKind::taco, e4, 32, Fp8Scales::dual, hid}),
+          canonical({CodecKind::taco, e4, 512, Fp8Scales::dual, hid})};
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+int codec_gpu(const GpuCodecArgs& a) {
+  const size_t max_bytes = size_t(1) << 30;
+  const int64_t max_n = int64_t(max_bytes / 2);
+  // Gaussian (std 1e-3) bf16, a 1M-element random block repeated (generating 512M normals on the
+  // host would dominate the run).
+  std::mt19937_64 rng(a.seed);
+  std::normal_distribution<float> normal(0.f, 1e-3f);
+  std::vector<bf16> block(size_t(1) << 20);
+  for (bf16& v : block) v = float_to_bf16(normal(rng));
+  bf16* x = nullptr;
+  bf16* y = nullptr;
+  float* acc = nullptr;
+  uint8_t* wire = nullptr;
+  int64_t* counter = nullptr;
+  uint32_t* status = nullptr;
+  TACO_CHECK_CUDA(cudaMalloc(&x, size_t(max_n) * 2));
+  TACO_CHECK_CUDA(cudaMalloc(&y, size_t(max_n) * 2));
+  TACO_CHECK_CUDA(cudaMalloc(&acc, size_t(max_n) * 4));
+  TACO_CHECK_CUDA(cudaMalloc(&wire, size_t(max_n) * 2 + 4096));
+  TACO_CHECK_CUDA(cudaMalloc(&counter, 8));
+  TACO_CHECK_CUDA(cudaMalloc(&status, 4));
+  for (int64_t i = 0; i < max_n; i += int64_t(block.size())) {
+    TACO_CHECK_CUDA(cudaMemcpy(x + i, block.data(), block.size() * 2, cudaMemcpyHostToDevice));
+  }
+  TACO_CHECK_CUDA(cudaMemset(acc, 0, size_t(max_n) * 4));
+  TACO_CHECK_CUDA(cudaMemset(counter, 0, 8));
+  TACO_CHECK_CUDA(cudaMemset(status, 0, 4));
+  cudaEvent_t start, stop;
+  TACO_CHECK_CUDA(cudaEventCreate(&start));
+  TACO_CHECK_CUDA(cudaEventCreate(&stop));
+
+  std::printf(
+      "taco-bench codec (GPU): bf16 messages [n / %lld, %lld], Gaussian std 1e-3, best of %d\n"
+      "GB/s = bytes moved / time: encode bf16 in + wire out; decode wire in + bf16 out;\n"
+      "accumulate wire in + fp32 in + fp32 out; copy = device-to-device memcpy, read + write\n\n",
+      (long long)kCols, (long long)kCols, a.reps);
+  std::printf("%9s %-29s %8s %9s %9s %9s %9s %9s\n", "size", "codec", "B/elem", "copy", "encode",
+              "decode", "dec+acc", "rel L2");
+  std::vector<GpuRow> rows;
+  for (size_t bytes = size_t(1) << 20; bytes <= max_bytes; bytes *= 4) {
+    const int64_t n = int64_t(bytes / 2);
+    const MessageShape shape{n / kCols, kCols};
+    const double copy_ms = best_ms(a.reps, start, stop, [&] {
+      TACO_CHECK_CUDA(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice));
+    });
+    const double copy_gbps = 2.0 * double(bytes) / copy_ms / 1e6;
+    for (const CodecOptions& o : gpu_codecs()) {
+      const auto codec = make_codec(o);
+      const size_t wire_bytes = codec->max_encoded_size(shape, DType::bf16);
+      GpuRow r{bytes, codec->name(), double(wire_bytes) / double(n), copy_gbps, 0, 0, 0, 0};
+      const double te = best_ms(a.reps, start, stop, [&] {
+        codec->encode_async(x, DType::bf16, shape, wire, nullptr, counter);
+      });
+      const double td = best_ms(a.reps, start, stop, [&] {
+        codec->decode_async(wire, wire_bytes, shape, y, DType::bf16, false, nullptr, status);
+      });
+      const double ta = best_ms(a.reps, start, stop, [&] {
+        codec->decode_async(wire, wire_bytes, shape, acc, DType::f32, true, nullptr, status);
+      });
+      r.encode_gbps = double(bytes + wire_bytes) / te / 1e6;
+      r.decode_gbps = double(wire_bytes + bytes) / td / 1e6;
+      r.accumulate_gbps = double(wire_bytes + 4 * bytes) / ta / 1e6;
+      uint32_t st = 0;
+      TACO_CHECK_CUDA(cudaMemcpy(&st, status, 4, cudaMemcpyDeviceToHost));
+      TACO_CHECK(st == 0,
+                 "device decoder rejected its own message (status " + std::to_string(st) + ")");
+      // Error of the bf16 decode on a prefix of the message.
+      const size_t m = size_t(std::min(n, kErrorSample));
+      std::vector<bf16> in(m), out(m);
+      TACO_CHECK_CUDA(cudaMemcpy(in.data(), x, m * 2, cudaMemcpyDeviceToHost));
+      TACO_CHECK_CUDA(cudaMemcpy(out.data(), y, m * 2, cudaMemcpyDeviceToHost));
+      double err = 0, ref = 0;
+      for (size_t i = 0; i < m; ++i) {
+        const double u = bf16_to_float(in[i]), v = bf16_to_float(out[i]);
+        err += (v - u) * (v - u);
+        ref += u * u;
+      }
+      r.rel_l2 = std::sqrt(err / ref);
+      std::printf("%6zu MB %-29s %8.4f %9.1f %9.1f %9.1f %9.1f %9.3e\n", bytes >> 20,
+                  r.codec.c_str(), r.wire_bytes, r.copy_gbps, r.encode_gbps, r.decode_gbps,
+                  r.accumulate_gbps, r.rel_l2);
+      std::fflush(stdout);
+      rows.push_back(r);
+    }
+    std::printf("\n");
+  }
+  TACO_CHECK_CUDA(cudaEventDestroy(start));
+  TACO_CHECK_CUDA(cudaEventDestroy(stop));
+  for (void* p : {(void*)x, (void*)y, (void*)acc, (void*)wire, (void*)counter, (void*)status}) {
+    TACO_CHECK_CUDA(cudaFree(p));
+  }
+  if (!a.json.empty()) {
+    std::ofstream f(a.json);
+    if (!f) throw UserError("--json " + a.json + ": cannot open for writing");
+    f << "{\"bench\":\"codec\",\"backend\":\"gpu\",\"cols\":" << kCols << ",\"seed\":" << a.seed
+      << ",\"reps\":" << a.reps << ",\"results\":[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const GpuRow& r = rows[i];
+      f << (i ? "," : "") << "\n{\"message_bytes\":" << r.message_bytes << ",\"codec\":\""
+        << r.codec << "\",\"bytes_per_element\":" << json_number(r.wire_bytes)
+        << ",\"copy_gbps\":" << json_number(r.copy_gbps)
+        << ",\"encode_gbps\":" << json_number(r.encode_gbps)
+        << ",\"decode_gbps\":" << json_number(r.decode_gbps)
+        << ",\"decode_accumulate_gbps\":" << json_number(r.accumulate_gbps)
+        << ",\"rel_l2\":" << json_number(r.rel_l2) << "}";
+    }
+    f << "\n]}\n";
+    if (!f) throw UserError("--json " + a.json + ": write failed");
+    std::printf("wrote %s\n", a.json.c_str());
+  }
+  return 0;
+}
+
+#else
+
+int codec_gpu(const GpuCodecArgs&) { throw UserError("taco-bench codec: built without CUDA"); }
+
+#endif
+
+}  // namespace taco::bench
