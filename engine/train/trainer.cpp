@@ -21,9 +21,11 @@
 #include "model/ops.h"
 #include "model/param_layout.h"
 #include "parallel/compressed_site_comm.h"
+#include "parallel/nccl_communicator.h"
 #include "parallel/pipeline.h"
 #include "parallel/process_grid.h"
 #include "parallel/site_comm.h"
+#include "parallel/staged_communicator.h"
 #include "parallel/tensor_parallel.h"
 
 namespace taco {
@@ -35,6 +37,8 @@ struct Trainer::State {
   DType dtype = DType::f32;
   GptDims dims;
   std::unique_ptr<ProcessGrid> grid;
+  // On a GPU: the device-buffer communicators of the groups (NCCL or MPI with host staging).
+  std::vector<std::unique_ptr<Communicator>> device_comms;
   std::unique_ptr<CompressionPolicy> policy;
   std::unique_ptr<SiteCalibration> calibration;  // while some site has group: auto
   std::unique_ptr<CompressedSiteComm> tp_comm, pp_comm, dp_comm, embed_comm;
@@ -197,14 +201,41 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   if (!config.data.val.empty())
     s.val_data = std::make_unique<TokenShards>(config.data.val, m.vocab_size, T + 1);
 
-  // Communication: one site-accounted door per group.
-  auto door = [&](Communicator& group) {
-    return std::make_unique<CompressedSiteComm>(group, *s.policy, s.calibration.get());
+  // Communication: one site-accounted door per group. On a GPU the groups move device buffers:
+  // through NCCL where every rank has its own GPU, else through MPI with host staging
+  // (parallel.backend: auto | nccl | mpi).
+  const bool on_gpu = s.device.kind == DeviceKind::cuda;
+  bool use_nccl = false;
+  if (on_gpu) {
+    MPI_Comm node = MPI_COMM_NULL;
+    int node_ranks = 1;
+    MPI_Comm_split_type(ctx.world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &node_ranks);
+    MPI_Comm_free(&node);
+    const bool own_gpu = node_ranks <= cuda_device_count();
+    if (par.backend == "nccl" && !own_gpu) {
+      throw UserError(config.source + ": parallel.backend: nccl needs one GPU per rank, but " +
+                      std::to_string(node_ranks) + " ranks share " +
+                      std::to_string(cuda_device_count()) +
+                      " GPU(s) on this node; use backend: mpi (or auto)");
+    }
+    use_nccl = par.backend == "nccl" || (par.backend == "auto" && own_gpu);
+  }
+  auto data_comm = [&](MpiCommunicator& group) -> Communicator& {
+    if (!on_gpu) return group;
+    if (use_nccl)
+      s.device_comms.push_back(make_nccl_communicator(group, group.name()));
+    else
+      s.device_comms.push_back(std::make_unique<HostStagedCommunicator>(group));
+    return *s.device_comms.back();
+  };
+  auto door = [&](MpiCommunicator& group) {
+    return std::make_unique<CompressedSiteComm>(data_comm(group), *s.policy, s.calibration.get());
   };
   s.tp_comm = door(s.grid->tp());
   s.pp_comm = door(s.grid->pp());
   s.dp_comm = door(s.grid->dp());
-  s.mp_comm = std::make_unique<SiteComm>(s.grid->mp());
+  s.mp_comm = std::make_unique<SiteComm>(data_comm(s.grid->mp()));
   if (par.pp > 1 && s.grid->in_embedding_group()) s.embed_comm = door(s.grid->embedding());
   s.tp = par.tp > 1 || par.sequence_parallel
              ? std::make_unique<TensorParallel>(s.tp_comm.get(), par.sequence_parallel)
