@@ -4,8 +4,10 @@
 #include <string>
 #include <thread>
 
+#include "engine/runtime/device.h"
 #include "kernels/check.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/staged_communicator.h"
 
 #if TACO_HAVE_CUDA
 
@@ -255,13 +257,18 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot
 }
 
 bool nccl_available() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  static const bool available = [] {
+    int n = 0;
+    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    cudaGetLastError();
+    return ok;
+  }();
+  return available;
 }
 
 void wait_for_communicator(Communicator& comm, Stream stream) {
   if (auto* nccl = dynamic_cast<NcclCommunicator*>(&comm)) return nccl->wait(stream);
-  TACO_CHECK_CUDA(cudaStreamSynchronize(stream));
+  if (nccl_available()) TACO_CHECK_CUDA(cudaStreamSynchronize(stream));  // else no GPU work
 }
 
 }  // namespace taco
@@ -283,3 +290,31 @@ void wait_for_communicator(Communicator&, Stream) {}
 }  // namespace taco
 
 #endif  // TACO_HAVE_CUDA
+
+namespace taco {
+
+bool use_nccl_backend(MPI_Comm world, const std::string& backend, const std::string& source) {
+  MPI_Comm node = MPI_COMM_NULL;
+  int node_ranks = 1, mine = 0, fewest = 0;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &node_ranks);
+  MPI_Comm_free(&node);
+  // Every rank must decide alike: the node with the least room decides for all.
+  mine = cuda_device_count() >= node_ranks ? 1 : 0;
+  MPI_Allreduce(&mine, &fewest, 1, MPI_INT, MPI_MIN, world);
+  const bool own_gpu = fewest == 1;
+  if (backend == "nccl" && !own_gpu) {
+    throw UserError(source + ": parallel.backend: nccl needs one GPU per rank, but " +
+                    std::to_string(node_ranks) + " ranks share " +
+                    std::to_string(cuda_device_count()) +
+                    " GPU(s) on a node; use backend: mpi (or auto)");
+  }
+  return backend == "nccl" || (backend == "auto" && own_gpu);
+}
+
+std::unique_ptr<Communicator> make_device_communicator(MpiCommunicator& group, bool nccl) {
+  if (nccl) return make_nccl_communicator(group, group.name());
+  return std::make_unique<HostStagedCommunicator>(group);
+}
+
+}  // namespace taco

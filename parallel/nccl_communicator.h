@@ -14,6 +14,8 @@
 // In a build without CUDA, make_nccl_communicator throws UserError.
 #pragma once
 
+#include <mpi.h>
+
 #include <memory>
 #include <string>
 
@@ -30,6 +32,15 @@ std::unique_ptr<Communicator> make_nccl_communicator(const MpiCommunicator& boot
 
 // Is NCCL usable here: a CUDA build, with a device.
 bool nccl_available();
+
+// parallel.backend for device buffers, decided the same on every rank of `world` (collective):
+// "nccl" and "mpi" as named, "auto" NCCL where every rank of a node has a GPU of its own (NCCL
+// refuses two ranks on one device), else MPI with host staging. "nccl" with ranks sharing a GPU
+// throws UserError naming `source`.
+bool use_nccl_backend(MPI_Comm world, const std::string& backend, const std::string& source);
+
+// The device-buffer communicator of `group`: NCCL, or MPI with host staging.
+std::unique_ptr<Communicator> make_device_communicator(MpiCommunicator& group, bool nccl);
 
 // Blocks until everything enqueued on `stream` by `comm` (an NCCL communicator) has finished,
 // checking for asynchronous NCCL errors; throws taco::Error on an error or after the timeout.

@@ -25,7 +25,6 @@
 #include "parallel/pipeline.h"
 #include "parallel/process_grid.h"
 #include "parallel/site_comm.h"
-#include "parallel/staged_communicator.h"
 #include "parallel/tensor_parallel.h"
 
 namespace taco {
@@ -205,28 +204,10 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   // through NCCL where every rank has its own GPU, else through MPI with host staging
   // (parallel.backend: auto | nccl | mpi).
   const bool on_gpu = s.device.kind == DeviceKind::cuda;
-  bool use_nccl = false;
-  if (on_gpu) {
-    MPI_Comm node = MPI_COMM_NULL;
-    int node_ranks = 1;
-    MPI_Comm_split_type(ctx.world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, &node_ranks);
-    MPI_Comm_free(&node);
-    const bool own_gpu = node_ranks <= cuda_device_count();
-    if (par.backend == "nccl" && !own_gpu) {
-      throw UserError(config.source + ": parallel.backend: nccl needs one GPU per rank, but " +
-                      std::to_string(node_ranks) + " ranks share " +
-                      std::to_string(cuda_device_count()) +
-                      " GPU(s) on this node; use backend: mpi (or auto)");
-    }
-    use_nccl = par.backend == "nccl" || (par.backend == "auto" && own_gpu);
-  }
+  const bool use_nccl = on_gpu && use_nccl_backend(ctx.world, par.backend, config.source);
   auto data_comm = [&](MpiCommunicator& group) -> Communicator& {
     if (!on_gpu) return group;
-    if (use_nccl)
-      s.device_comms.push_back(make_nccl_communicator(group, group.name()));
-    else
-      s.device_comms.push_back(std::make_unique<HostStagedCommunicator>(group));
+    s.device_comms.push_back(make_device_communicator(group, use_nccl));
     return *s.device_comms.back();
   };
   auto door = [&](MpiCommunicator& group) {

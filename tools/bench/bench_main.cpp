@@ -22,6 +22,13 @@ constexpr Subcommand kSubcommands[] = {
      "      device codecs at 1 MB .. 1 GB of bf16 next to a device memcpy, and their error;\n"
      "      --cpu: bytes/element, ratio vs bf16, relative and per-channel error and GB/s of\n"
      "      every codec on synthetic activations (DESIGN.md §4)"},
+    {"comm", taco::bench::comm,
+     "comm [--ops all_reduce,reduce_scatter,all_gather] [--codecs none,taco,fp8_block]\n"
+     "      [--min-bytes 1M] [--max-bytes 1G] [--factor 4] [--iters 20] [--warmup 5]\n"
+     "      [--cols 1024] [--device auto|cpu|cuda] [--backend auto|nccl|mpi] [--json FILE]\n"
+     "      under mpirun, any number of ranks: nccl-tests columns (size, count, time, algbw,\n"
+     "      busbw, #wrong) for the native collective (none) and each codec, plus wire bytes\n"
+     "      per rank and relative error against the native result"},
     {"step", taco::bench::step,
      "step [--model 124m|350m|1.3b] [--steps N] [--warmup N] [--batch B] [--per-kernel]\n"
      "      [--reps N] [--check] [--torch] [--torch-script PATH] [--seed S] [--json FILE]\n"

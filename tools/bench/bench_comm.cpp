@@ -1,0 +1,351 @@
+// taco-bench comm: compressed and native collectives across all ranks of the job, in the
+// columns of nccl-tests (size, count, type, time, algbw, busbw, #wrong) plus wire bytes and
+// error. Run it under mpirun with any number of ranks:
+//
+//   mpirun -np 8 build/taco-bench comm [--ops all_reduce,reduce_scatter,all_gather]
+//       [--codecs none,taco,fp8_block] [--min-bytes 1M] [--max-bytes 1G] [--factor 4]
+//       [--iters 20] [--warmup 5] [--cols 1024] [--device auto|cpu|cuda]
+//       [--backend auto|nccl|mpi] [--json FILE]
+//
+// Messages are [rows, cols] with cols = hidden size; size counts them as bf16 (2 bytes per
+// element), as the trainer's tensor-parallel traffic is, also on the CPU where the data is fp32.
+// The calls go through CompressedSiteComm, the trainer's door, at the site attn.out.fwd with the
+// codec as default; `none` is the backend's native collective (NCCL's where it runs).
+// time: mean per call, the slowest rank's; algbw = size / time; busbw = algbw * 2(p-1)/p for
+// all_reduce, (p-1)/p for the others (nccl-tests' factors). #wrong: elements that differ from
+// the native collective's result (none: bit for bit; codecs: non-finite ones); error: relative
+// L2 against that result. wire: the encoded bytes one rank sent per call.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compression/policy.h"
+#include "engine/config/config.h"
+#include "engine/config/default_config.h"
+#include "engine/runtime/arena.h"
+#include "engine/runtime/device.h"
+#include "engine/train/metrics.h"
+#include "kernels/check.h"
+#include "parallel/compressed_site_comm.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/nccl_communicator.h"
+#include "tools/bench/bench.h"
+
+namespace taco::bench {
+namespace {
+
+struct Args {
+  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather"};
+  std::vector<std::string> codecs = {"none", "taco", "fp8_block"};
+  int64_t min_bytes = int64_t(1) << 20, max_bytes = int64_t(1) << 30;
+  int factor = 4, iters = 20, warmup = 5, cols = 1024;
+  std::string device = "auto", backend = "auto", json;
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = s.find(',', at);
+    const std::string item =
+        s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+int64_t parse_size(const std::string& option, const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw UserError(option + ": '" + text + "' is not a size (e.g. 1M, 256K, 1G)");
+  }
+  const std::string unit = text.substr(used);
+  const double scale = unit.empty() || unit == "B" ? 1
+                       : unit == "K"               ? 1024.0
+                       : unit == "M"               ? 1048576.0
+                       : unit == "G"               ? 1073741824.0
+                                                   : -1;
+  if (scale < 0 || !(v > 0)) throw UserError(option + ": '" + text + "' is not a size (e.g. 1M)");
+  return int64_t(v * scale);
+}
+
+int parse_int(const std::string& option, const std::string& text, int min) {
+  int v = 0;
+  try {
+    size_t used = 0;
+    v = std::stoi(text, &used);
+    if (used != text.size()) throw std::invalid_argument(text);
+  } catch (const std::exception&) {
+    throw UserError(option + ": '" + text + "' is not an integer");
+  }
+  if (v < min) throw UserError(option + ": must be >= " + std::to_string(min));
+  return v;
+}
+
+Args parse_args(const std::vector<std::string>& a) {
+  Args r;
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= a.size()) throw UserError(a[i] + ": missing value");
+      return a[++i];
+    };
+    const std::string& k = a[i];
+    if (k == "--ops") {
+      r.ops = split_list(value());
+      for (const auto& o : r.ops)
+        if (o != "all_reduce" && o != "reduce_scatter" && o != "all_gather")
+          throw UserError("--ops: '" + o + "' is not all_reduce, reduce_scatter or all_gather");
+    } else if (k == "--codecs") {
+      r.codecs = split_list(value());
+    } else if (k == "--min-bytes") {
+      r.min_bytes = parse_size(k, value());
+    } else if (k == "--max-bytes") {
+      r.max_bytes = parse_size(k, value());
+    } else if (k == "--factor") {
+      r.factor = parse_int(k, value(), 2);
+    } else if (k == "--iters") {
+      r.iters = parse_int(k, value(), 1);
+    } else if (k == "--warmup") {
+      r.warmup = parse_int(k, value(), 0);
+    } else if (k == "--cols") {
+      r.cols = parse_int(k, value(), 8);
+    } else if (k == "--device") {
+      r.device = value();
+      if (r.device != "auto" && r.device != "cpu" && r.device != "cuda")
+        throw UserError("--device: '" + r.device + "' is not auto, cpu or cuda");
+    } else if (k == "--backend") {
+      r.backend = value();
+      if (r.backend != "auto" && r.backend != "nccl" && r.backend != "mpi")
+        throw UserError("--backend: '" + r.backend + "' is not auto, nccl or mpi");
+    } else if (k == "--json") {
+      r.json = value();
+    } else {
+      throw UserError(k + ": unknown option (see taco-bench --help)");
+    }
+  }
+  if (r.max_bytes < r.min_bytes) throw UserError("--max-bytes is below --min-bytes");
+  return r;
+}
+
+// The codec `name` as the default of a policy that compresses every message.
+CompressionPolicy policy_for(const std::string& name) {
+  const Config cfg =
+      load_config_text(kDefaultConfigYaml, "taco-bench comm --codecs",
+                       {"compression.default={codec: " + name + "}", "compression.min_bytes=0"});
+  return CompressionPolicy(cfg.compression, cfg.model.n_layer, "taco-bench comm");
+}
+
+double max_over_ranks(double x) {
+  double out = 0;
+  MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+int64_t sum_over_ranks(int64_t x) {
+  int64_t out = 0;
+  MPI_Allreduce(&x, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  return out;
+}
+
+struct Row {
+  std::string op, codec;
+  int64_t bytes = 0, count = 0, wire = 0, wrong = 0;
+  double us = 0, algbw = 0, busbw = 0, error = 0;
+};
+
+}  // namespace
+
+int comm(const std::vector<std::string>& args) {
+  const Args a = parse_args(args);
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) MPI_Init(nullptr, nullptr);
+  MpiCommunicator world(MPI_COMM_WORLD, "world");
+  const int p = world.size(), rank = world.rank();
+
+  const bool want_gpu = a.device != "cpu";
+  const DeviceInfo dev = select_device(want_gpu, rank % std::max(1, cuda_device_count()));
+  if (a.device == "cuda" && dev.kind != DeviceKind::cuda)
+    throw UserError("--device cuda: no CUDA device found");
+  const bool gpu = dev.kind == DeviceKind::cuda;
+  const DType dtype = gpu ? DType::bf16 : DType::f32;
+  std::unique_ptr<Communicator> device_comm;
+  if (gpu)
+    device_comm =
+        make_device_communicator(world, use_nccl_backend(MPI_COMM_WORLD, a.backend, "--backend"));
+  Communicator& comm = gpu ? *device_comm : static_cast<Communicator&>(world);
+
+  if (rank == 0) {
+    std::printf(
+        "# taco-bench comm: %d ranks, %s %s, backend %s, cols %d, %d iters after %d warmup\n", p,
+        gpu ? "cuda" : "cpu", dtype_name(dtype), comm.backend(), a.cols, a.iters, a.warmup);
+    std::printf(
+        "# size counts bf16 elements; busbw factor 2(p-1)/p (all_reduce), (p-1)/p (others)\n");
+    std::printf("%-14s %-10s %12s %12s %10s %9s %9s %7s %12s %10s\n", "op", "codec", "size(B)",
+                "count", "time(us)", "algbw", "busbw", "#wrong", "wire(B)", "error");
+    std::printf("%-14s %-10s %12s %12s %10s %9s %9s %7s %12s %10s\n", "", "", "", "(elements)", "",
+                "(GB/s)", "(GB/s)", "", "per rank", "rel L2");
+  }
+
+  std::vector<Row> rows;
+  for (int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.factor) {
+    // [rows, cols] with rows a multiple of p (reduce-scatter and all-gather split them).
+    const int64_t elems = bytes / 2;
+    const int64_t nrows = std::max<int64_t>(p, (elems / a.cols) / p * p);
+    const size_t n = size_t(nrows) * size_t(a.cols), chunk = n / size_t(p);
+    Arena arena(dev.kind);
+    const size_t h_x = arena.reserve("x", dtype, n), h_ref = arena.reserve("ref", dtype, n);
+    const size_t h_part = arena.reserve("part", dtype, chunk);
+    arena.allocate();
+    const Tensor x = arena.get(h_x), ref = arena.get(h_ref), part = arena.get(h_part);
+    // Fresh activations-like data per rank (Gaussian, seeded by size and rank).
+    std::vector<float> host(n);
+    std::mt19937_64 rng(uint64_t(bytes) * 131 + uint64_t(rank));
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (float& v : host) v = normal(rng);
+    auto upload = [&](const Tensor& t, const float* src, size_t count) {
+      if (dtype == DType::f32) {
+        device_copy(t.data, src, count * sizeof(float), dev.kind, DeviceKind::cpu);
+      } else {
+        std::vector<bf16> b(count);
+        for (size_t i = 0; i < count; ++i) b[i] = float_to_bf16(src[i]);
+        device_copy(t.data, b.data(), count * sizeof(bf16), dev.kind, DeviceKind::cpu);
+      }
+    };
+    auto download = [&](const Tensor& t, size_t count) {
+      std::vector<float> out(count);
+      if (dtype == DType::f32) {
+        device_copy(out.data(), t.data, count * sizeof(float), DeviceKind::cpu, dev.kind);
+      } else {
+        std::vector<bf16> b(count);
+        device_copy(b.data(), t.data, count * sizeof(bf16), DeviceKind::cpu, dev.kind);
+        for (size_t i = 0; i < count; ++i) out[i] = bf16_to_float(b[i]);
+      }
+      return out;
+    };
+
+    for (const std::string& op : a.ops) {
+      // The native result this op must reproduce, on this rank.
+      const Tensor out = op == "reduce_scatter" ? part : ref;
+      const size_t out_n = op == "reduce_scatter" ? chunk : n;
+      upload(x, host.data(), n);
+      if (op == "all_reduce")
+        comm.all_reduce(x.data, ref.data, n, dtype, ReduceOp::sum, nullptr);
+      else if (op == "reduce_scatter")
+        comm.reduce_scatter(x.data, part.data, chunk, dtype, ReduceOp::sum, nullptr);
+      else
+        comm.all_gather(static_cast<char*>(x.data) + rank * chunk * dtype_size(dtype), ref.data,
+                        chunk, dtype, nullptr);
+      wait_for_communicator(comm, nullptr);
+      const std::vector<float> expected = download(out, out_n);
+
+      for (const std::string& codec : a.codecs) {
+        const CompressionPolicy policy = policy_for(codec);
+        CompressedSiteComm door(comm, policy);
+        door.measure_errors(false);
+        const Tensor xin = x.slice(0, n);
+        auto call = [&] {
+          if (op == "all_reduce") {
+            door.all_reduce(xin, int(nrows), "attn.out.fwd", 0);
+          } else if (op == "reduce_scatter") {
+            door.reduce_scatter(xin, part, int(nrows), "attn.out.fwd", 0);
+          } else {
+            door.all_gather(x.slice(rank * chunk, chunk), ref, int(nrows), "attn.out.fwd", 0);
+          }
+        };
+        // Correctness first, on the data itself (an all-reduce works in place).
+        upload(x, host.data(), n);
+        call();
+        wait_for_communicator(comm, nullptr);
+        const std::vector<float> got = download(op == "all_reduce" ? x : out, out_n);
+        double err = 0, sig = 0;
+        int64_t wrong = 0;
+        for (size_t i = 0; i < out_n; ++i) {
+          const double d = double(got[i]) - expected[i];
+          err += d * d;
+          sig += double(expected[i]) * expected[i];
+          wrong += codec == "none" ? got[i] != expected[i] : !std::isfinite(got[i]);
+        }
+        // Timing: warmup, then iters calls between barriers (an all-reduce keeps summing in
+        // place; the values grow by p per call, which costs the same).
+        for (int i = 0; i < a.warmup; ++i) call();
+        wait_for_communicator(comm, nullptr);
+        MPI_Barrier(MPI_COMM_WORLD);
+        door.reset_stats();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < a.iters; ++i) call();
+        wait_for_communicator(comm, nullptr);
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        Row row;
+        row.op = op;
+        row.codec = codec;
+        row.bytes = int64_t(n) * 2;
+        row.count = int64_t(n);
+        row.us = max_over_ranks(secs / a.iters) * 1e6;
+        row.algbw = double(row.bytes) / (row.us * 1e-6) / 1e9;
+        row.busbw = row.algbw * (op == "all_reduce" ? 2.0 * (p - 1) / p : double(p - 1) / p);
+        row.wrong = sum_over_ranks(wrong);
+        row.error = std::sqrt(max_over_ranks(sig > 0 ? err / sig : 0));
+        row.wire = door.total().wire_bytes / std::max(1, a.iters);
+        if (codec == "none")
+          row.wire = bytes_sent_estimate(op == "all_reduce"       ? CommOp::all_reduce
+                                         : op == "reduce_scatter" ? CommOp::reduce_scatter
+                                                                  : CommOp::all_gather,
+                                         size_t(row.bytes), p);
+        rows.push_back(row);
+        if (rank == 0) {
+          std::printf("%-14s %-10s %12lld %12lld %10.1f %9.2f %9.2f %7lld %12lld %10.3e\n",
+                      op.c_str(), codec.c_str(), (long long)row.bytes, (long long)row.count, row.us,
+                      row.algbw, row.busbw, (long long)row.wrong, (long long)row.wire, row.error);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+
+  if (rank == 0 && !a.json.empty()) {
+    std::string json = "[";
+    for (const Row& r : rows) {
+      if (json.size() > 1) json += ",\n";
+      json += JsonRecord()
+                  .add("op", r.op)
+                  .add("codec", r.codec)
+                  .add("ranks", (long long)p)
+                  .add("device", std::string(gpu ? "cuda" : "cpu"))
+                  .add("backend", std::string(comm.backend()))
+                  .add("size_bytes", (long long)r.bytes)
+                  .add("count", (long long)r.count)
+                  .add("time_us", r.us)
+                  .add("algbw_gbs", r.algbw)
+                  .add("busbw_gbs", r.busbw)
+                  .add("wrong", (long long)r.wrong)
+                  .add("wire_bytes", (long long)r.wire)
+                  .add("rel_err", r.error)
+                  .str();
+    }
+    std::FILE* f = std::fopen(a.json.c_str(), "w");
+    if (!f) throw UserError(a.json + ": cannot write");
+    std::fputs((json + "]\n").c_str(), f);
+    std::fclose(f);
+  }
+  int wrong_none = 0;
+  for (const Row& r : rows) wrong_none += r.codec == "none" && r.wrong > 0;
+  device_comm.reset();
+  if (!initialized) MPI_Finalize();
+  return wrong_none > 0 ? 1 : 0;
+}
+
+}  // namespace taco::bench
