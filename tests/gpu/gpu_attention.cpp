@@ -84,17 +84,8 @@ class DeviceArray {
   size_t n_;
 };
 
-std::vector<bf16> to_bf16(const std::vector<float>& x) {
-  std::vector<bf16> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = float_to_bf16(x[i]);
-  return y;
-}
-
-std::vector<float> to_float(const std::vector<bf16>& x) {
-  std::vector<float> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = bf16_to_float(x[i]);
-  return y;
-}
+using test::to_bf16;
+using test::to_float;
 
 size_t count_nonfinite(const std::vector<float>& x) {
   size_t n = 0;

@@ -52,18 +52,6 @@ void device_synchronize() { no_cuda(); }
 
 #endif
 
-std::vector<bf16> to_bf16(const std::vector<float>& x) {
-  std::vector<bf16> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = float_to_bf16(x[i]);
-  return y;
-}
-
-std::vector<float> to_float(const std::vector<bf16>& x) {
-  std::vector<float> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = bf16_to_float(x[i]);
-  return y;
-}
-
 std::vector<float> rounded_to_bf16(const std::vector<float>& x) { return to_float(to_bf16(x)); }
 
 std::vector<float> random_bf16_values(size_t n, uint64_t seed, float mean, float stddev) {

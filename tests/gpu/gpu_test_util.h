@@ -46,8 +46,6 @@ class DeviceArray {
   T* ptr_;
 };
 
-std::vector<bf16> to_bf16(const std::vector<float>& x);
-std::vector<float> to_float(const std::vector<bf16>& x);
 // Each value rounded to the nearest bf16 (as a kernel's bf16 store does).
 std::vector<float> rounded_to_bf16(const std::vector<float>& x);
 

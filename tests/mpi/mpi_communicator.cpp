@@ -24,17 +24,8 @@ std::vector<float> input_of(uint64_t seed, int rank, size_t n) {
   return test::random_normal(n, seed + 0x9E3779B97F4A7C15ull * uint64_t(rank + 1));
 }
 
-std::vector<bf16> to_bf16(const std::vector<float>& x) {
-  std::vector<bf16> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = float_to_bf16(x[i]);
-  return y;
-}
-
-std::vector<float> to_float(const std::vector<bf16>& x) {
-  std::vector<float> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = bf16_to_float(x[i]);
-  return y;
-}
+using test::to_bf16;
+using test::to_float;
 
 // Inputs as the ranks hold them: fp32, or rounded to bf16 (and read back as float).
 std::vector<float> held_input(uint64_t seed, int rank, size_t n, DType dtype) {

@@ -55,6 +55,18 @@ double relative_l2(const float* a, const float* b, size_t n) {
 std::string source_dir() { return TACO_SOURCE_DIR; }
 std::string binary_dir() { return TACO_BINARY_DIR; }
 
+std::vector<bf16> to_bf16(const std::vector<float>& x) {
+  std::vector<bf16> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = float_to_bf16(x[i]);
+  return y;
+}
+
+std::vector<float> to_float(const std::vector<bf16>& x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = bf16_to_float(x[i]);
+  return y;
+}
+
 std::string scratch_dir(const std::string& name) {
   namespace fs = std::filesystem;
   fs::path p = fs::path(TACO_BINARY_DIR) / "test-scratch" / name;

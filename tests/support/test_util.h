@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dtype.h"
+
 namespace taco::test {
 
 // A seed that differs on every run (printed by the test on failure through SCOPED_TRACE), so
@@ -13,6 +15,10 @@ namespace taco::test {
 uint64_t fresh_seed();
 
 std::vector<float> random_normal(size_t n, uint64_t seed, float mean = 0.f, float stddev = 1.f);
+
+// Element-wise conversions, bf16 rounded to nearest even.
+std::vector<bf16> to_bf16(const std::vector<float>& x);
+std::vector<float> to_float(const std::vector<bf16>& x);
 
 // ||a - b|| / ||b|| over n elements, in double.
 double relative_l2(const float* a, const float* b, size_t n);
