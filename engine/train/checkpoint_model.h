@@ -1,25 +1,41 @@
-// A checkpoint's whole model, whatever layout wrote it: every rank file of a checkpoint folder
-// is read (and checked) and each rank's shard placed at its logical position (tp shards, pp
-// stages; dp replicas are skipped), giving the parameters of the tp = pp = 1 layout in fp32.
-// Used by taco-generate; a resharding converter would start from the same function.
+// A checkpoint's whole state, whatever layout wrote it: every rank file of a checkpoint folder is
+// read (and checked) and each rank's shards placed at their logical positions (tp shards, pp
+// stages, ZeRO-1 optimizer shards over dp), giving the tp = pp = dp = 1 view of the parameters,
+// AdamW moments and (GPU runs) fp32 master weights. taco-generate samples from it; taco-reshard
+// writes it back out for another layout. Pure data movement: a round trip is bit-exact.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "engine/config/config.h"
+#include "engine/runtime/tensor.h"
 #include "model/param_layout.h"
 
 namespace taco {
 
-struct FullModel {
-  GptDims dims;               // tp = 1 dims (vocab padded to a multiple of 64)
-  std::vector<float> params;  // ParamLayout(dims, {1, 0, 0, n_layer, true, true}).total()
+// What must match for a checkpoint to load: model, parallel layout, precision and device.
+std::string checkpoint_layout(const Config& c, const GptDims& d, DType dtype, DeviceKind device,
+                              int world);
+
+struct FullState {
+  GptDims dims;  // tp = 1 dims (vocab padded to a multiple of 64)
   int64_t step = 0;
+  DType dtype = DType::f32;  // of the parameters: f32 (CPU runs) or bf16 (GPU runs)
+  DeviceKind device = DeviceKind::cpu;
+  std::map<std::string, std::string> header;  // rank 0's header (seed, config, ...)
+  // "params", "adam_m", "adam_v" and, for GPU runs, "master": each the tp = 1 layout's
+  // ParamLayout(dims, {1, 0, 0, n_layer, true, true}).total() values (bf16 params widened).
+  std::map<std::string, std::vector<float>> sections;
 };
 
-// `folder`: <dir>/step_N (with its COMPLETE marker); `cfg`: the run's config (config.yaml).
+// `folder`: <dir>/step_N (with its COMPLETE marker); `cfg`: the config of the run that wrote it.
 // Throws UserError naming the file for a missing, damaged or mismatching rank file.
-FullModel load_full_model(const std::string& folder, const Config& cfg);
+FullState load_full_state(const std::string& folder, const Config& cfg);
+
+// Writes `state` as a checkpoint folder for the layout of `target` (parallel.tp/pp/dp/zero; the
+// same model), rank files and COMPLETE marker, single process. The folder must not exist.
+void write_full_state(const FullState& state, const Config& target, const std::string& folder);
 
 }  // namespace taco

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -12,6 +13,7 @@
 #include "engine/data/shards.h"
 #include "engine/runtime/arena.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/checkpoint_model.h"
 #include "engine/train/metrics.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/schedule.h"
@@ -103,16 +105,6 @@ double sum_over(MPI_Comm comm, double x) {
   double out = 0;
   MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, comm);
   return out;
-}
-
-// What must match for a checkpoint to load: model, parallel layout, precision and device.
-std::string checkpoint_layout(const Config& c, const GptDims& d, DType dtype, DeviceKind device,
-                              int world) {
-  const auto& p = c.parallel;
-  return fmt::format(
-      "tp={} pp={} dp={} zero={} sp={} world={} | L={} H={} C={} T={} V={} | {} on {}", p.tp, p.pp,
-      p.dp, p.zero, p.sequence_parallel ? 1 : 0, world, d.n_layer, d.n_head, d.d_model, d.seq_len,
-      d.vocab_size, dtype_name(dtype), device == DeviceKind::cuda ? "cuda" : "cpu");
 }
 
 CheckpointPart host_copy(const std::string& name, const Tensor& t) {
@@ -303,6 +295,8 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
       }
     }
     if (s.grid->world_rank() == 0) {
+      std::error_code ec;
+      std::filesystem::create_directories(ctx.run_dir, ec);  // taco-train made it; tests may not
       if (s.start_step > 0)
         trim_metrics(metrics_path, s.start_step);
       else

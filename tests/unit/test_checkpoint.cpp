@@ -215,6 +215,37 @@ TEST(TacoGenerate, SamplesFromARunsCheckpointAndReportsBadInput) {
   EXPECT_NE(bad.output.find("--tokens: 'many' is not a number"), std::string::npos) << bad.output;
 }
 
+// taco-reshard writes a run's checkpoint for another layout and back, bit for bit; it refuses
+// to change the model or to write over the source run.
+TEST(TacoReshard, RewritesACheckpointForAnotherLayoutAndBack) {
+  const std::string dir = test::scratch_dir("ckpt_reshard");
+  const Config cfg = small_config({"train.steps=3", "run.dir=" + dir, "run.name=src"});
+  Trainer(cfg, in_dir(dir + "/src")).run();
+  test::write_file(dir + "/src/config.yaml", config_to_yaml(cfg));
+  const std::string tool = test::binary_dir() + "/taco-reshard ";
+  auto to2 = test::run_command(tool + dir + "/src --set parallel.tp=2 --set run.name=tp2");
+  ASSERT_EQ(to2.exit_code, 0) << to2.output;
+  EXPECT_NE(to2.output.find("mpirun -np 2"), std::string::npos) << to2.output;
+  const std::string step = "/ckpt/step_00000003/";
+  for (const char* f : {"rank_00000.bin", "rank_00001.bin", "COMPLETE"})
+    EXPECT_TRUE(fs::exists(dir + "/tp2" + step + f)) << f;
+  auto back = test::run_command(tool + dir + "/tp2 --set parallel.tp=1 --set run.name=back");
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  const RankCheckpoint a = read_rank_checkpoint(dir + "/src" + step + rank_file_name(0));
+  const RankCheckpoint b = read_rank_checkpoint(dir + "/back" + step + rank_file_name(0));
+  ASSERT_EQ(a.sections.size(), b.sections.size());
+  for (size_t i = 0; i < a.sections.size(); ++i)
+    EXPECT_TRUE(a.sections[i].bytes == b.sections[i].bytes) << a.sections[i].name;
+  EXPECT_EQ(a.header.at("layout"), b.header.at("layout"));
+
+  auto model = test::run_command(tool + dir + "/src --set model.n_layer=4 --set run.name=m");
+  EXPECT_EQ(model.exit_code, 2) << model.output;
+  EXPECT_NE(model.output.find("does not change the model"), std::string::npos) << model.output;
+  auto same = test::run_command(tool + dir + "/src --set parallel.tp=2");
+  EXPECT_EQ(same.exit_code, 2) << same.output;
+  EXPECT_NE(same.output.find("is the source run"), std::string::npos) << same.output;
+}
+
 void expect_user_error(const std::function<void()>& f, const std::string& needle) {
   try {
     f();

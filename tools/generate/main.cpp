@@ -169,7 +169,8 @@ int run(const Options& o) {
                       ": no complete checkpoint; train first (taco-train saves one at the "
                       "end and on SIGINT/SIGTERM)");
   }
-  const taco::FullModel full = taco::load_full_model(folder, cfg);
+  const taco::FullState full = taco::load_full_state(folder, cfg);
+  const std::vector<float>& full_params = full.sections.at("params");
   Tokenizer tok(cfg.model.vocab_size, o.bpe_dir);
 
   std::vector<uint16_t> context = tok.encode(o.prompt);
@@ -190,7 +191,7 @@ int run(const Options& o) {
   float* params = model.params().as<float>();
   for (const taco::ParamInfo& p : layout.params()) {  // wpe: its first T rows
     const taco::ParamInfo& q = full_layout.get(p.name);
-    std::copy_n(full.params.data() + q.offset, p.numel(), params + p.offset);
+    std::copy_n(full_params.data() + q.offset, p.numel(), params + p.offset);
   }
 
   std::fprintf(stderr, "taco-generate: %s (step %lld), window %d tokens\n", folder.c_str(),
