@@ -16,3 +16,9 @@ grep -E "\[ timing \]" -r build-gpu/Testing 2>/dev/null | head; grep -E "timing"
 [ "${1:-}" = quick ] && exit 0
 build-gpu/taco-bench step --check --per-kernel --json "$OUT/step-124m.json" > "$OUT/step-124m.log" 2>&1
 tail -60 "$OUT/step-124m.log"
+# The device codecs against a device-to-device copy, and the collectives on this one GPU.
+timeout 300 build-gpu/taco-bench codec --json "$OUT/codec-gpu.json" > "$OUT/codec-gpu.log" 2>&1
+tail -40 "$OUT/codec-gpu.log"
+timeout 120 mpirun -np 1 build-gpu/taco-bench comm --max-bytes 256M --json "$OUT/comm-1gpu.json" \
+  > "$OUT/comm-1gpu.log" 2>&1
+tail -30 "$OUT/comm-1gpu.log"
