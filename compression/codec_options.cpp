@@ -1,6 +1,6 @@
 #include "compression/codec_options.h"
 
-#include "engine/config/config.h"
+#include "compression/spec.h"
 #include "kernels/check.h"
 
 namespace taco {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "engine/config/config.h"
+#include "compression/spec.h"
 #include "kernels/check.h"
 
 namespace taco {

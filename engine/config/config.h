@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "compression/spec.h"  // the compression section, site names, layer ranges
+
 namespace taco {
 
 struct RunSection {
@@ -57,28 +59,6 @@ struct DataSection {
   std::string val = "data/fortunes/val_*.bin";
 };
 
-// One codec choice: the codec and its options (only meaningful keys are kept per codec).
-struct CodecSpec {
-  std::string codec = "none";   // none | fp8_tensor | fp8_block | taco
-  std::string format = "e4m3";  // e4m3 | e5m2
-  int group = 128;              // 32 | 64 | 128 | 256 | 512; 0 = auto (calibrated)
-  std::string scales = "dual";  // dual | single | e8m0
-};
-
-struct CompressionRule {
-  std::string layers = "all";      // "all", "3", "1-3", "0,2,5-7"
-  std::vector<std::string> sites;  // empty = every site
-  CodecSpec spec;
-  int line = 0;  // YAML line of the rule, for error messages
-};
-
-struct CompressionSection {
-  CodecSpec default_spec;  // YAML key: default
-  int64_t min_bytes = 0;   // messages smaller than this are sent uncompressed
-  int calibrate_steps = 0;
-  std::vector<CompressionRule> rules;  // first match wins
-};
-
 struct CheckpointSection {
   std::string dir;  // "" = <run dir>/ckpt
   int every = 0;    // 0 = only on SIGINT/SIGTERM and at the end
@@ -115,25 +95,5 @@ Config load_config_file(const std::string& path, const std::vector<std::string>&
 // The effective config as YAML (every key, defaults included): printed at start, saved in the
 // run directory, and loadable again by load_config_text.
 std::string config_to_yaml(const Config& config);
-
-// Communication sites (DESIGN.md §3), in a fixed order that per-site tables may index.
-inline constexpr int kNumSites = 15;
-inline constexpr std::array<std::string_view, kNumSites> kSiteNames = {
-    "embed.fwd",    "embed.bwd",   "attn.in.fwd", "attn.in.bwd", "attn.out.fwd",
-    "attn.out.bwd", "mlp.in.fwd",  "mlp.in.bwd",  "mlp.out.fwd", "mlp.out.bwd",
-    "head.in.fwd",  "head.in.bwd", "pp.act",      "pp.grad",     "dp.grad"};
-
-// Index of `name` in kSiteNames, or -1 when it names no site.
-constexpr int site_index(std::string_view name) {
-  for (int i = 0; i < kNumSites; ++i) {
-    if (kSiteNames[i] == name) return i;
-  }
-  return -1;
-}
-
-// The layers that a rule's `layers` text names, sorted and distinct: "all", "3", "1-3",
-// "0,2,5-7". Throws taco::UserError("what is wrong; expected ...", no file or key: the caller
-// adds them) when the text is malformed or names a layer >= n_layer.
-std::vector<int> parse_layer_ranges(const std::string& text, int n_layer);
 
 }  // namespace taco

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/config/config.h"
+#include "compression/spec.h"
 #include "kernels/check.h"
 
 namespace taco {

@@ -1,0 +1,57 @@
+// What a YAML experiment file says about compression (DESIGN.md §9), the names of the
+// communication sites (§3) and the layer-range syntax of rules: compression/ owns them, so the
+// policy needs nothing above it, and engine/config embeds them in its Config, so config
+// validation and the policy read rules identically.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace taco {
+
+// One codec choice: the codec and its options (only meaningful keys are kept per codec).
+struct CodecSpec {
+  std::string codec = "none";   // none | fp8_tensor | fp8_block | taco
+  std::string format = "e4m3";  // e4m3 | e5m2
+  int group = 128;              // 32 | 64 | 128 | 256 | 512; 0 = auto (calibrated)
+  std::string scales = "dual";  // dual | single | e8m0
+};
+
+struct CompressionRule {
+  std::string layers = "all";      // "all", "3", "1-3", "0,2,5-7"
+  std::vector<std::string> sites;  // empty = every site
+  CodecSpec spec;
+  int line = 0;  // YAML line of the rule, for error messages
+};
+
+struct CompressionSection {
+  CodecSpec default_spec;  // YAML key: default
+  int64_t min_bytes = 0;   // messages smaller than this are sent uncompressed
+  int calibrate_steps = 0;
+  std::vector<CompressionRule> rules;  // first match wins
+};
+
+// Communication sites (DESIGN.md §3), in a fixed order that per-site tables may index.
+inline constexpr int kNumSites = 15;
+inline constexpr std::array<std::string_view, kNumSites> kSiteNames = {
+    "embed.fwd",    "embed.bwd",   "attn.in.fwd", "attn.in.bwd", "attn.out.fwd",
+    "attn.out.bwd", "mlp.in.fwd",  "mlp.in.bwd",  "mlp.out.fwd", "mlp.out.bwd",
+    "head.in.fwd",  "head.in.bwd", "pp.act",      "pp.grad",     "dp.grad"};
+
+// Index of `name` in kSiteNames, or -1 when it names no site.
+constexpr int site_index(std::string_view name) {
+  for (int i = 0; i < kNumSites; ++i) {
+    if (kSiteNames[i] == name) return i;
+  }
+  return -1;
+}
+
+// The layers that a rule's `layers` text names, sorted and distinct: "all", "3", "1-3",
+// "0,2,5-7". Throws taco::UserError("what is wrong; expected ...", no file or key: the caller
+// adds them) when the text is malformed or names a layer >= n_layer.
+std::vector<int> parse_layer_ranges(const std::string& text, int n_layer);
+
+}  // namespace taco
