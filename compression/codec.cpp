@@ -103,6 +103,13 @@ void Codec::decode_async(const uint8_t*, size_t, MessageShape, void*, DType, boo
                   "stage the message through host memory");
 }
 
+void Codec::decode_sum_encode_async(const uint8_t*, size_t, int, size_t, MessageShape, uint8_t*,
+                                    float*, Stream, uint32_t*, int64_t*) const {
+  throw UserError("codec " + name() +
+                  ": no device implementation in this build; "
+                  "stage the message through host memory");
+}
+
 void Codec::throw_device_wire_error(uint32_t status, const uint8_t* header, size_t size,
                                     MessageShape shape, const WireContext& context) const {
   // check() reads only the header bytes (and stops at the length checks), so the host copy of

@@ -83,6 +83,19 @@ class Codec {
                             DType out_dtype, bool accumulate, Stream stream, uint32_t* status,
                             int64_t* nonfinite_groups = nullptr) const;
 
+  // The middle step of the two-shot all-reduce on the device: the `count` messages at
+  // in + i * slot (each exactly `size` bytes, all of `shape`) are checked and decoded, summed in
+  // fp32 in index order (0 + m_0 + m_1 + ...), and the sum is encoded into `out` as an fp32
+  // message (max_encoded_size(shape, DType::f32) bytes): the bytes the host gets from
+  // decode_accumulate of each message into zeros, then encode. Grouped codecs do it in one
+  // kernel; fp8_tensor (one scale for the whole sum) goes through `scratch`, shape.count()
+  // device floats, which the grouped codecs leave alone. `status`, `nonfinite_groups`: as
+  // decode_async (groups decoded as NaN from the inputs). `slot` and `in` 16-byte aligned.
+  virtual void decode_sum_encode_async(const uint8_t* in, size_t slot, int count, size_t size,
+                                       MessageShape shape, uint8_t* out, float* scratch,
+                                       Stream stream, uint32_t* status,
+                                       int64_t* nonfinite_groups = nullptr) const;
+
   // After a decode_async whose status word came back non-zero: throws the UserError the host
   // decoder would have thrown for this buffer. `header` is a host copy of its first
   // min(size, 48) bytes; `size` the buffer's full length.

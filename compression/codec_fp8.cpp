@@ -61,6 +61,14 @@ class Fp8Codec final : public Codec {
     cuda::fp8_decode_device(in, size, device_message(options(), shape, DType::f32), out, out_dtype,
                             accumulate, stream, status, nonfinite_groups);
   }
+
+  void decode_sum_encode_async(const uint8_t* in, size_t slot, int count, size_t size,
+                               MessageShape shape, uint8_t* out, float* scratch, Stream stream,
+                               uint32_t* status, int64_t* nonfinite_groups) const override {
+    cuda::fp8_decode_sum_encode_device(in, slot, count, size,
+                                       device_message(options(), shape, DType::f32), out, scratch,
+                                       stream, status, nonfinite_groups);
+  }
 #endif
 
  protected:

@@ -66,4 +66,13 @@ void fp8_decode_device(const uint8_t* in, size_t size, const Fp8DeviceMessage& m
                        DType out_dtype, bool accumulate, Stream stream, uint32_t* status,
                        int64_t* nonfinite_groups);
 
+// The two-shot all-reduce's middle step: the `count` messages at in + i * slot (`size` bytes
+// each, all of `message`'s layout) decoded, summed in fp32 in index order and encoded as an
+// fp32 message (`message` built for DType::f32) into out. Grouped codecs: one kernel, every
+// header checked by every block; fp8_tensor: decode-accumulate into `scratch` (count() floats),
+// then encode. `status`, `nonfinite_groups` (groups decoded as NaN): as fp8_decode_device.
+void fp8_decode_sum_encode_device(const uint8_t* in, size_t slot, int count, size_t size,
+                                  const Fp8DeviceMessage& message, uint8_t* out, float* scratch,
+                                  Stream stream, uint32_t* status, int64_t* nonfinite_groups);
+
 }  // namespace taco::cuda

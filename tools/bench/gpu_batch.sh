@@ -10,7 +10,7 @@ t0=$(date +%s)
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
 cmake --build build-gpu -j16 > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
-(cd build-gpu && ctest -L gpu --output-on-failure --timeout 300 > "$OUT/gpu_tests.log" 2>&1)
+(cd build-gpu && ctest -L gpu --output-on-failure --timeout 150 > "$OUT/gpu_tests.log" 2>&1)
 grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/gpu_tests.log" | head -40
 grep -E "\[ timing \]" -r build-gpu/Testing 2>/dev/null | head; grep -E "timing" "$OUT/gpu_tests.log" | head
 [ "${1:-}" = quick ] && exit 0
