@@ -3,11 +3,8 @@
 // Values identical to kernels/cpu/codec_fp8.cpp (NaN payloads aside: a GPU add or multiply on a
 // NaN returns the canonical NaN where the CPU keeps the operand's).
 #include "compression/cuda/codec_fp8_device.h"
-#include "compression/cuda/fp8_math.cuh"
-#include "compression/cuda/tile.cuh"
-#include "compression/cuda/wire_check.cuh"
+#include "compression/cuda/group_codec.cuh"
 #include "kernels/cuda/common.cuh"
-#include "kernels/hadamard.h"
 
 namespace taco::cuda {
 namespace codec {
@@ -57,27 +54,6 @@ struct Sink {
   }
 };
 
-// A group's decode scales (kernels/cpu/codec_fp8.cpp, read_scale).
-struct DecodeScale {
-  float mul, a;
-  bool poisoned;
-};
-
-__device__ __forceinline__ DecodeScale read_scale(const uint8_t* scales, int64_t g,
-                                                  int64_t num_groups, Fp8Scales mode) {
-  DecodeScale d{1.f, 1.f, false};
-  if (mode == Fp8Scales::e8m0) {
-    const uint32_t b = __ldg(scales + g);
-    d.poisoned = b == kPoisonedE8m0;
-    d.mul = d.poisoned ? 1.f : exact_pow2(int(b) - 127);
-  } else {
-    d.mul = get_f32(scales + 4 * g);
-    if (mode == Fp8Scales::dual) d.a = get_f32(scales + 4 * (num_groups + g));
-    d.poisoned = !(d.mul == d.mul) || !(d.a == d.a);
-  }
-  return d;
-}
-
 template <class TOut, int G, bool kTokens, bool kAccumulate>
 __global__ void __launch_bounds__(kThreads)
     decode_groups_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
@@ -95,60 +71,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
 
   for (int64_t t0 = warp * S::kTilesPerWarp; t0 < p.tiles; t0 += warps * S::kTilesPerWarp) {
-    const TileRef t = tile_at<G, kTokens, R, C>(t0 + lane / L, li, p);
-
-    uint32_t packed[R * C / 4];  // codes: tokens [r][c], hidden [r]
-#pragma unroll
-    for (int w = 0; w < R * C / 4; ++w) packed[w] = 0;
-    if constexpr (kTokens) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (t.r0 + r >= t.n) continue;
-        const uint8_t* src = codes_in + t.base + r * t.stride_r;
-        if (p.vectorized) {
-          load_bytes<C>(src, &packed[r * C / 4]);
-        } else {
-#pragma unroll
-          for (int c = 0; c < C; ++c) {
-            if (c < t.columns) packed[(r * C + c) / 4] |= uint32_t(src[c]) << (8 * (c % 4));
-          }
-        }
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < R; k += kRun) {
-        if (p.vectorized) {
-          if (t.r0 + k < t.n) load_bytes<kRun>(codes_in + t.base + k, &packed[k / 4]);
-        } else {
-#pragma unroll
-          for (int r = k; r < k + kRun; ++r) {
-            if (t.r0 + r < t.n) packed[r / 4] |= uint32_t(codes_in[t.base + r]) << (8 * (r % 4));
-          }
-        }
-      }
-    }
+    const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
 
     float v[C][R];
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      DecodeScale d{1.f, 1.f, false};
-      if (t.n > 0 && c < t.columns)
-        d = read_scale(scales, t.first_group + c, p.num_groups, p.scales);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        v[c][r] = __fmul_rn(from_fp8(byte_of(packed, kTokens ? r * C + c : r), p.format), d.mul);
-      }
-      if (p.hadamard) hadamard<R, L>(v[c], li, t.full, p.hadamard_scale);
-      if (p.scales == Fp8Scales::dual) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) v[c][r] = __fdiv_rn(v[c][r], d.a);
-      }
-      if (d.poisoned) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) v[c][r] = quiet_nan();
-        if (li == 0) ++poisoned_groups;
-      }
-    }
+    decode_tile<S, kTokens>(codes_in, scales, t, li, p, v, poisoned_groups);
 
     if constexpr (kTokens) {
 #pragma unroll
@@ -171,11 +97,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < R; k += kRun) {
         if (p.vectorized) {
-          if (t.r0 + k < t.n) sink.template run<kRun>(t.base + k, &v[0][k]);
+          if (t.r0 + S::offset(k) < t.n) sink.template run<kRun>(t.base + S::offset(k), &v[0][k]);
         } else {
 #pragma unroll
           for (int r = k; r < k + kRun; ++r) {
-            if (t.r0 + r < t.n) sink.one(t.base + r, v[0][r]);
+            if (t.r0 + S::offset(r) < t.n) sink.one(t.base + S::offset(r), v[0][r]);
           }
         }
       }
@@ -242,12 +168,7 @@ template <class TOut, int G, bool kTokens, bool kAccumulate>
 void launch_decode_groups(const DecodeArgs& a, TOut* out) {
   using S = TileShape<int(sizeof(TOut)), G, kTokens>;
   GroupParams p = a.p;
-  if (p.tiles > 0) {
-    const int64_t run = kTokens ? S::C : S::V;
-    p.tiles_per_row = kTokens ? (p.cols + S::C - 1) / S::C : (p.cols + G - 1) / G;
-    p.tiles = kTokens ? (p.rows + G - 1) / G * p.tiles_per_row : p.tiles_per_row * p.rows;
-    p.vectorized = detail::aligned16(out) && p.cols % run == 0;
-  }
+  set_tiles<S, G, kTokens>(p, detail::aligned16(out));
   const unsigned blocks = grid_for(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp);
   decode_groups_kernel<TOut, G, kTokens, kAccumulate><<<blocks, kThreads, 0, a.stream>>>(
       a.in, a.size, a.expect, out, p, a.status, a.nonfinite_groups);
@@ -300,23 +221,11 @@ void fp8_decode_device(const uint8_t* in, size_t size, const Fp8DeviceMessage& m
   TACO_CHECK(!accumulate || out_dtype == DType::f32, "decode-accumulate writes fp32");
   TACO_CHECK(status != nullptr, "device decode needs a status word");
   TACO_CHECK(detail::aligned16(in), "device codec: the wire buffer must be 16-byte aligned");
-  const Fp8GroupSpec& s = message.spec;
   codec::DecodeArgs a;
   a.in = in;
   a.size = size;
-  a.expect =
-      codec::WireExpectation{message.kind,  uint8_t(s.format), uint8_t(s.scales), message.axis,
-                             message.group, uint32_t(s.rows),  uint32_t(s.cols)};
-  a.p.rows = s.rows;
-  a.p.cols = s.cols;
-  a.p.tiles = s.count() > 0 ? 1 : 0;  // the launcher fills the tile counts for its tile shape
-  a.p.num_groups = s.num_groups();
-  a.p.scales_offset = message.scales_offset;
-  a.p.format = s.format;
-  a.p.scales = s.scales;
-  a.p.hadamard = s.hadamard;
-  a.p.hadamard_scale = s.group > 0 ? hadamard_scale(int(s.group)) : 1.f;
-  a.p.target = fp8_max(s.format);
+  a.expect = codec::wire_expectation(message);
+  a.p = codec::group_params(message);
   a.status = status;
   a.nonfinite_groups = nonfinite_groups;
   a.stream = stream;

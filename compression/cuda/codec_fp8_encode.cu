@@ -4,38 +4,13 @@
 #include <cstring>
 
 #include "compression/cuda/codec_fp8_device.h"
-#include "compression/cuda/fp8_math.cuh"
-#include "compression/cuda/tile.cuh"
+#include "compression/cuda/group_codec.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/hadamard.h"
 
 namespace taco::cuda {
 namespace codec {
 namespace {
-
-// The header and the zero padding after payload and scales, written by block 0.
-struct HeaderParams {
-  uint8_t bytes[wire::kHeaderBytes];
-  uint64_t payload_end;    // 48 + payload bytes; padding up to scales_offset
-  uint64_t scales_offset;  //
-  uint64_t scales_end;     // scales_offset + scale bytes; padding up to total
-  uint64_t total;
-};
-
-__device__ __forceinline__ void write_header_and_padding(uint8_t* out, const HeaderParams& h) {
-  if (blockIdx.x != 0) return;
-  for (int i = threadIdx.x; i < int(wire::kHeaderBytes); i += blockDim.x) out[i] = h.bytes[i];
-  const int pad1 = int(h.scales_offset - h.payload_end), pad2 = int(h.total - h.scales_end);
-  for (int i = threadIdx.x; i < pad1 + pad2; i += blockDim.x) {
-    out[i < pad1 ? h.payload_end + i : h.scales_end + (i - pad1)] = 0;
-  }
-}
-
-__device__ __forceinline__ void add_count(int64_t* counter, int64_t v) {
-  if (v != 0 && counter != nullptr) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(counter), static_cast<unsigned long long>(v));
-  }
-}
 
 // x [rows, cols] (fp32 or bf16 bits) -> codes and scales of `out`, one warp per 32 / L tiles.
 template <class T, int G, bool kTokens>
@@ -49,13 +24,12 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32, li = lane % L;
   uint8_t* codes_out = out + wire::kHeaderBytes;
   uint8_t* scales = out + p.scales_offset;
-  const bool e8m0 = p.scales == Fp8Scales::e8m0;
   int64_t poisoned_groups = 0;
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
 
   for (int64_t t0 = warp * S::kTilesPerWarp; t0 < p.tiles; t0 += warps * S::kTilesPerWarp) {
-    const TileRef t = tile_at<G, kTokens, R, C>(t0 + lane / L, li, p);
+    const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
 
     // Load: invalid elements are zero (they change neither the sum of squares nor the absmax).
     float v[C][R];
@@ -85,105 +59,17 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < R; k += kRun) {
         if (p.vectorized) {
-          if (t.r0 + k < t.n) load_run<kRun>(x + t.base + k, &v[0][k]);
+          if (t.r0 + S::offset(k) < t.n) load_run<kRun>(x + t.base + S::offset(k), &v[0][k]);
         } else {
 #pragma unroll
           for (int r = k; r < k + kRun; ++r) {
-            if (t.r0 + r < t.n) v[0][r] = load_one(x + t.base + r);
+            if (t.r0 + S::offset(r) < t.n) v[0][r] = load_one(x + t.base + S::offset(r));
           }
         }
       }
     }
 
-    uint32_t packed[R * C / 4];  // codes: tokens [r][c], hidden [r]
-#pragma unroll
-    for (int w = 0; w < R * C / 4; ++w) packed[w] = 0;
-
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      int bad = 0;
-#pragma unroll
-      for (int r = 0; r < R; ++r) bad += !is_finite(v[c][r]);
-      bad = group_sum<L>(bad);
-
-      float a = 1.f;
-      int ea = 0;
-      if (p.hadamard) {
-        float sq[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) sq[r] = __fmul_rn(v[c][r], v[c][r]);
-        const float ss = tree_sum<R, L>(sq);
-        a = adaptive_scale(ss, t.n > 0 ? t.n : 1, p.target);
-        if (e8m0) {  // a is normal, in [1e-3, 1e3]: floor(log2 a) is its exponent field
-          ea = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;
-          a = exact_pow2(ea);
-        }
-#pragma unroll
-        for (int r = 0; r < R; ++r) v[c][r] = __fmul_rn(v[c][r], a);
-        hadamard<R, L>(v[c], li, t.full, p.hadamard_scale);
-      }
-      float m = 0.f;
-#pragma unroll
-      for (int r = 0; r < R; ++r) m = fmaxf(m, fabsf(v[c][r]));
-      m = group_max<L>(m);
-      const Quantizer qz = make_quantizer(m, ea, p.scales, p.target);
-      if (bad == 0) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const int i = kTokens ? r * C + c : r;
-          packed[i / 4] |= uint32_t(qz(v[c][r], p.format)) << (8 * (i % 4));
-        }
-      }
-
-      if (li == 0 && t.n > 0 && c < t.columns) {
-        const int64_t g = t.first_group + c;
-        if (bad != 0) {
-          ++poisoned_groups;
-          if (e8m0) {
-            scales[g] = kPoisonedE8m0;
-          } else {
-            put_f32(scales + 4 * g, quiet_nan());
-            if (p.scales == Fp8Scales::dual) put_f32(scales + 4 * (p.num_groups + g), quiet_nan());
-          }
-        } else if (e8m0) {
-          scales[g] = uint8_t(qz.k + 127);
-        } else if (p.scales == Fp8Scales::dual) {
-          put_f32(scales + 4 * g, qz.q);
-          put_f32(scales + 4 * (p.num_groups + g), a);
-        } else {
-          put_f32(scales + 4 * g, __fdiv_rn(qz.q, a));
-        }
-      }
-    }
-
-    // Store the codes (payload index = element index).
-    if constexpr (kTokens) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (t.r0 + r >= t.n) continue;
-        uint8_t* dst = codes_out + t.base + r * t.stride_r;
-        if (p.vectorized) {
-          store_bytes<C>(dst, &packed[r * C / 4]);
-        } else {
-#pragma unroll
-          for (int c = 0; c < C; ++c) {
-            if (c < t.columns) dst[c] = uint8_t(byte_of(packed, r * C + c));
-          }
-        }
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < R; k += kRun) {
-        if (p.vectorized) {
-          if (t.r0 + k < t.n) store_bytes<kRun>(codes_out + t.base + k, &packed[k / 4]);
-        } else {
-#pragma unroll
-          for (int r = k; r < k + kRun; ++r) {
-            if (t.r0 + r < t.n) codes_out[t.base + r] = uint8_t(byte_of(packed, r));
-          }
-        }
-      }
-    }
+    encode_tile<S, kTokens>(v, t, li, p, codes_out, scales, poisoned_groups);
   }
   add_count(nonfinite_groups, poisoned_groups);
 }
@@ -254,9 +140,9 @@ __global__ void __launch_bounds__(kThreads)
   const float q = get_f32(out + scales_offset);
   const bool poisoned = !(q == q);
   uint8_t* codes = out + wire::kHeaderBytes;
-  auto code = [&](float v) -> uint32_t {
-    return poisoned || !(q > 0.f) ? 0u : uint32_t(to_fp8(__fdiv_rn(v, q), format));
-  };
+  // code = fp8(v / q), or 0 where q is NaN (poisoned) or 0 (an all-zero message).
+  Quantizer qz{false, q >= 0x1p-100f && q <= 0x1p100f, q, __frcp_rn(q), 1.f, 1.f, 0};
+  auto code = [&](float v) -> uint32_t { return poisoned ? 0u : uint32_t(qz(v, format)); };
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t start = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t runs = vectorized ? n / kTensorRun : 0;
@@ -280,9 +166,10 @@ unsigned grid_for(int64_t work_items, int64_t items_per_block) {
 }
 
 template <class T, int G, bool kTokens>
-void launch_encode_groups(const T* x, uint8_t* out, const GroupParams& p, const HeaderParams& hp,
+void launch_encode_groups(const T* x, uint8_t* out, GroupParams p, const HeaderParams& hp,
                           int64_t* nonfinite_groups, cudaStream_t stream) {
   using S = TileShape<int(sizeof(T)), G, kTokens>;
+  set_tiles<S, G, kTokens>(p, detail::aligned16(x));
   const unsigned blocks = grid_for(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp);
   encode_groups_kernel<T, G, kTokens>
       <<<blocks, kThreads, 0, stream>>>(x, out, p, hp, nonfinite_groups);
@@ -311,12 +198,7 @@ template <class T>
 void encode_typed(const T* x, const Fp8DeviceMessage& m, uint8_t* out, cudaStream_t stream,
                   int64_t* nonfinite_groups) {
   const Fp8GroupSpec& s = m.spec;
-  HeaderParams hp;
-  std::memcpy(hp.bytes, m.header, wire::kHeaderBytes);
-  hp.payload_end = wire::kHeaderBytes + m.payload_bytes;
-  hp.scales_offset = m.scales_offset;
-  hp.scales_end = m.scales_offset + m.scales_bytes;
-  hp.total = m.total_bytes;
+  HeaderParams hp = header_params(m);
   const bool x_aligned = detail::aligned16(x);
 
   if (s.group == 0) {
@@ -336,30 +218,8 @@ void encode_typed(const T* x, const Fp8DeviceMessage& m, uint8_t* out, cudaStrea
     }
   }
 
-  GroupParams p;
-  p.rows = s.rows;
-  p.cols = s.cols;
-  p.num_groups = s.num_groups();
-  p.scales_offset = m.scales_offset;
-  p.format = s.format;
-  p.scales = s.scales;
-  p.hadamard = s.hadamard;
-  p.hadamard_scale = s.group > 0 ? hadamard_scale(int(s.group)) : 1.f;
-  p.target = fp8_max(s.format);
+  GroupParams p = group_params(m);  // launch_encode_groups fills the tiles for its shape
   const int group = s.group > 0 ? int(s.group) : 32;  // an empty fp8_tensor message: header only
-  if (s.count() > 0 && s.group > 0) {
-    if (s.along_tokens) {
-      const int64_t c = group <= 256 ? 8 : 4;  // TileShape<...>::C
-      p.tiles_per_row = (s.cols + c - 1) / c;
-      p.tiles = (s.rows + group - 1) / group * p.tiles_per_row;
-      p.vectorized = x_aligned && s.cols % c == 0;
-    } else {
-      const int64_t v = 16 / int64_t(sizeof(T));
-      p.tiles_per_row = (s.cols + group - 1) / group;
-      p.tiles = p.tiles_per_row * s.rows;
-      p.vectorized = x_aligned && s.cols % v == 0;
-    }
-  }
   if (s.along_tokens) {
     dispatch_group<T, true>(group, x, out, p, hp, nonfinite_groups, stream);
   } else {

@@ -6,10 +6,13 @@
 // multiply and the following add into one FMA (one rounding instead of the CPU's two), and
 // --use_fast_math would turn divisions into approximations.
 //
-// A group of G values lives in the registers of L = G / R lanes of one warp: lane li holds the
-// R consecutive group elements li * R .. li * R + R - 1. The butterflies of the Walsh-Hadamard
-// transform (ascending h, as in kernels/hadamard.h) and the sum of squares (descending h, the
-// CPU's tree_sum) run in registers for h < R and across lanes with __shfl_xor_sync for h >= R.
+// A group of G values lives in the registers of L = G / R lanes of one warp, in runs of K
+// consecutive elements (tile.cuh): register r of lane li holds group element
+// li * K + (r / K) * L * K + r % K. An element index's low log2(K) bits are a register bit, the
+// next log2(L) bits the lane, the high bits a register bit again. The butterflies of the
+// Walsh-Hadamard transform (ascending h, as in kernels/hadamard.h) and of the sum of squares
+// (descending h, the CPU's tree_sum) run in registers for register bits and across lanes with
+// __shfl_xor_sync for lane bits, in the CPU's order of h.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -46,25 +49,15 @@ __device__ __forceinline__ uint8_t to_fp8(float x, Fp8Format format) {
                                    : uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2));
 }
 
-// FP8 -> float with the bits of taco::fp8_to_float (NaN codes give sign | 0x7FC00000).
+// FP8 -> float with the bits of taco::fp8_to_float (NaN codes give sign | 0x7FC00000): the
+// hardware conversion to half (exact for every finite and infinite code), widened to float
+// (exact), with NaN codes given the CPU's bits.
 __device__ __forceinline__ float from_fp8(uint32_t code, Fp8Format format) {
   const bool e4m3 = format == Fp8Format::e4m3;
-  const uint32_t man_bits = e4m3 ? 3u : 2u;
-  const uint32_t bias = e4m3 ? 7u : 15u;
-  const uint32_t e = (code & 0x7Fu) >> man_bits;
-  const uint32_t m = code & ((1u << man_bits) - 1u);
-  const uint32_t sign = (code & 0x80u) << 24;
-  uint32_t bits;
-  if (e4m3 && e == 15u && m == 7u) {
-    bits = sign | 0x7FC00000u;
-  } else if (!e4m3 && e == 31u) {
-    bits = sign | (m ? 0x7FC00000u : 0x7F800000u);
-  } else if (e == 0) {  // subnormal: m * 2^(1 - bias - man_bits), exact
-    bits = __float_as_uint(__fmul_rn(float(m), e4m3 ? 0x1p-9f : 0x1p-16f)) | sign;
-  } else {
-    bits = sign | ((e - bias + 127u) << 23) | (m << (23u - man_bits));
-  }
-  return __uint_as_float(bits);
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(code), e4m3 ? __NV_E4M3 : __NV_E5M2);
+  const uint32_t magnitude = code & 0x7Fu;
+  const bool nan = e4m3 ? magnitude == 0x7Fu : magnitude > 0x7Cu;
+  return nan ? __uint_as_float(((code & 0x80u) << 24) | 0x7FC00000u) : __half2float(__half(h));
 }
 
 // The bits of taco::float_to_bf16 (round to nearest even; a NaN stays a quiet NaN with its
@@ -96,25 +89,46 @@ __device__ __forceinline__ int e8m0_exponent(float m, float target) {
   return em - et + (fm > ft ? 1 : 0);
 }
 
+__device__ __forceinline__ __nv_fp8_interpretation_t fp8_kind(Fp8Format format) {
+  return format == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2;
+}
+
 // A group's quantizer (kernels/cpu/codec_fp8.cpp, make_quantizer), given m = max|y| and the
 // exponent ea of the power-of-two adaptive scale already applied (e8m0 only).
+//
+// Dual and single scales: code = fp8(fl(y / q)), without a division per element. t = y * rq
+// with rq = fl(1 / q) is within 3.01 * 2^-24 of fl(y / q) relatively (two roundings of t, one of
+// the quotient), so fl(y / q) lies between t * (1 - 2^-20) and t * (1 + 2^-20) (each rounded).
+// Rounding to FP8 is monotonic, so when both ends give the same code, so does fl(y / q); only
+// near an FP8 rounding boundary (about 2^-17 of the values) is the quotient computed exactly.
+// q outside [2^-100, 2^100] takes the exact path throughout.
 struct Quantizer {
   bool pow2;
-  float q;          // dual/single: code = fp8(y / q)
+  bool fast;        // the bracket above applies
+  float q, rq;      // dual/single: code = fp8(y / q); rq = fl(1 / q)
   float s_k, s_ea;  // e8m0: code = fp8((y * 2^-k) * 2^-ea)
   int k;            // e8m0: the stored exponent
 
   __device__ __forceinline__ uint8_t operator()(float y, Fp8Format format) const {
     if (pow2) return to_fp8(__fmul_rn(__fmul_rn(y, s_k), s_ea), format);
-    return q > 0.f ? to_fp8(__fdiv_rn(y, q), format) : uint8_t(0);
+    if (!(q > 0.f)) return uint8_t(0);
+    if (fast) {
+      const float t = __fmul_rn(y, rq);
+      const float2 ends = make_float2(__fmul_rn(t, 0x1.ffffep-1f), __fmul_rn(t, 0x1.00001p+0f));
+      const uint32_t pair = __nv_cvt_float2_to_fp8x2(ends, __NV_SATFINITE, fp8_kind(format));
+      if ((pair & 0xFFu) == (pair >> 8)) return uint8_t(pair & 0xFFu);
+    }
+    return to_fp8(__fdiv_rn(y, q), format);
   }
 };
 
 __device__ __forceinline__ Quantizer make_quantizer(float m, int ea, Fp8Scales scales,
                                                     float target) {
-  Quantizer qz{false, 0.f, 1.f, 1.f, 0};
+  Quantizer qz{false, false, 0.f, 0.f, 1.f, 1.f, 0};
   if (scales != Fp8Scales::e8m0) {
     qz.q = __fdiv_rn(m, target);
+    qz.fast = qz.q >= 0x1p-100f && qz.q <= 0x1p100f;
+    qz.rq = __frcp_rn(qz.q);
     return qz;
   }
   qz.pow2 = true;
@@ -128,21 +142,31 @@ __device__ __forceinline__ Quantizer make_quantizer(float m, int ea, Fp8Scales s
 // --- lane-group reductions (L lanes, aligned to multiples of L within the warp) -------------
 
 // Sum of squares in the CPU's tree order over the group (padding beyond n is zero, which leaves
-// the tree's result unchanged: x + 0 = x exactly for x >= +0). sq[r] holds element li * R + r.
-// Cross-lane stages h = G/2 .. R first, then in-register stages h = R/2 .. 1; every lane of
-// the group ends with the same bits (each butterfly adds the same two operands on both sides).
-template <int R, int L>
+// the tree's result unchanged: x + 0 = x exactly for x >= +0). sq[r] holds the element of
+// register r. Stages h = G/2 .. L*K pair registers r and r + h / L (the high bits), then
+// h = L*K/2 .. K cross lanes on the K registers of the first run, then h = K/2 .. 1 pair
+// registers again. Every lane of the group ends with the same bits (each cross-lane butterfly
+// adds the same two operands on both sides, and fp32 addition commutes).
+// sq[r] += sq[r + s] for r < s, for s = From, From / 2, ..., To (constants, so the registers
+// stay registers).
+template <int From, int To, int R>
+__device__ __forceinline__ void tree_stages(float (&sq)[R]) {
+  if constexpr (From >= To && From >= 1) {
+#pragma unroll
+    for (int r = 0; r < From; ++r) sq[r] = __fadd_rn(sq[r], sq[r + From]);
+    tree_stages<From / 2, To>(sq);
+  }
+}
+
+template <int R, int L, int K>
 __device__ __forceinline__ float tree_sum(float (&sq)[R]) {
+  tree_stages<R / 2, K>(sq);
 #pragma unroll
   for (int m = L / 2; m >= 1; m /= 2) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) sq[r] = __fadd_rn(sq[r], __shfl_xor_sync(kFullMask, sq[r], m));
+    for (int r = 0; r < K; ++r) sq[r] = __fadd_rn(sq[r], __shfl_xor_sync(kFullMask, sq[r], m));
   }
-#pragma unroll
-  for (int h = R / 2; h >= 1; h /= 2) {
-#pragma unroll
-    for (int r = 0; r < h; ++r) sq[r] = __fadd_rn(sq[r], sq[r + h]);
-  }
+  tree_stages<K / 2, 1>(sq);
   return sq[0];
 }
 
@@ -160,24 +184,32 @@ __device__ __forceinline__ int group_sum(int v) {
   return v;
 }
 
-// Walsh-Hadamard butterflies over the group, then one multiply by `scale` (kernels/hadamard.h):
-// for h = 1, 2, ..., G/2: (x[i], x[i + h]) <- (x[i] + x[i + h], x[i] - x[i + h]). `apply` is
-// uniform over the group but not over the warp (a short tail group skips the transform), so
-// the shuffles run on every lane and only the update is conditional.
-template <int R, int L>
-__device__ __forceinline__ void hadamard(float (&v)[R], int li, bool apply, float scale) {
-  if (apply) {
+// In-register butterflies between registers r and r + s, (r & s) == 0, for s = From, 2 * From,
+// ... below To (constants, so the registers stay registers).
+template <int From, int To, int R>
+__device__ __forceinline__ void butterfly_stages(float (&v)[R]) {
+  if constexpr (From < To) {
 #pragma unroll
-    for (int h = 1; h < R; h *= 2) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if ((r & h) == 0) {
-          const float lo = v[r], hi = v[r + h];
-          v[r] = __fadd_rn(lo, hi);
-          v[r + h] = __fsub_rn(lo, hi);
-        }
+    for (int r = 0; r < R; ++r) {
+      if ((r & From) == 0) {
+        const float lo = v[r], hi = v[r + From];
+        v[r] = __fadd_rn(lo, hi);
+        v[r + From] = __fsub_rn(lo, hi);
       }
     }
+    butterfly_stages<2 * From, To>(v);
+  }
+}
+
+// Walsh-Hadamard butterflies over the group, then one multiply by `scale` (kernels/hadamard.h):
+// for h = 1, 2, ..., G/2: (x[i], x[i + h]) <- (x[i] + x[i + h], x[i] - x[i + h]). h < K pairs
+// registers r and r + h; K <= h < L*K crosses lanes (mask h / K); h >= L*K pairs registers r and
+// r + h / L. `apply` is uniform over the group but not over the warp (a short tail group skips
+// the transform), so the shuffles run on every lane and only the update is conditional.
+template <int R, int L, int K>
+__device__ __forceinline__ void hadamard(float (&v)[R], int li, bool apply, float scale) {
+  if (apply) {
+    butterfly_stages<1, K>(v);
   }
 #pragma unroll
   for (int m = 1; m < L; m *= 2) {
@@ -189,6 +221,7 @@ __device__ __forceinline__ void hadamard(float (&v)[R], int li, bool apply, floa
     }
   }
   if (apply) {
+    butterfly_stages<K, R>(v);
 #pragma unroll
     for (int r = 0; r < R; ++r) v[r] = __fmul_rn(v[r], scale);
   }

@@ -1,11 +1,15 @@
 // How the grouped FP8 kernels cut a message into per-warp tiles, and their vector memory access.
 //
-// Along hidden (groups of G consecutive elements of a row) a tile is one group: L lanes, each
-// holding R consecutive elements (R = max(16 bytes / element, G / 32), so a lane reads whole
-// 16-byte vectors). Along tokens (groups of G consecutive rows of one column) a tile is C
-// adjacent columns x G rows: L = 32 lanes, each holding R = G / 32 consecutive rows of the C
-// columns (one C-element vector load per row). A warp runs 32 / L tiles side by side.
-// Values sit in v[c][r]: column (group) c, group element li * R + r.
+// Along hidden (groups of G consecutive elements of a row) a tile is one group held by L lanes,
+// R elements each: R = G / 2 (at least one 16-byte vector of V elements, at most 64), so most
+// butterflies of the Hadamard transform and of the sum of squares stay in registers and only
+// log2(L) stages cross lanes. A lane's R elements are J = R / V vectors, interleaved with its
+// partners' so that a warp's vector loads are contiguous: register r = j * V + k holds group
+// element (j * L + li) * V + k. Along tokens (groups of G consecutive rows of one column) a tile
+// is C adjacent columns x G rows: L = 32 lanes, each holding R = G / 32 consecutive rows of the
+// C columns (one C-element vector load per row). A warp runs 32 / L tiles side by side.
+// In both, values sit in v[c][r] (column, i.e. group, c) and register r holds group element
+// li * K + (r / K) * L * K + r % K, with K = V along hidden and K = R along tokens (J = 1).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,33 +37,39 @@ struct GroupParams {
   float target = 448.f;
 };
 
+constexpr int clamp_lane_elements(int r, int lo, int hi) { return r < lo ? lo : r > hi ? hi : r; }
+
 template <int ElementBytes, int G, bool kTokens>
 struct TileShape {
   static constexpr int V = 16 / ElementBytes;  // elements per 16-byte vector
-  static constexpr int R = kTokens ? G / 32 : (V > G / 32 ? V : G / 32);
+  static constexpr int R = kTokens ? G / 32 : clamp_lane_elements(G / 2, V, 64);
   static constexpr int L = G / R;
+  static constexpr int K = kTokens ? R : V;  // consecutive group elements per register run
   static constexpr int C = kTokens ? (R <= 8 ? 8 : 4) : 1;
   static constexpr int kTilesPerWarp = 32 / L;
   static constexpr int kRun = kTokens ? C : V;  // elements per vector access
   static_assert(L >= 1 && L <= 32 && (L & (L - 1)) == 0, "lanes per group must divide a warp");
+  static_assert(R % K == 0, "a lane holds whole runs");
+
+  // Group element of register r, less the lane's first element li * K.
+  static __device__ __forceinline__ int offset(int r) { return (r / K) * L * K + r % K; }
 };
 
 // One lane's view of its tile.
 struct TileRef {
   int64_t base;         // element index of (r = 0, c = 0) for this lane
-  int64_t stride_r;     // element distance between r and r + 1
+  int64_t stride_r;     // tokens: element distance between r and r + 1 (hidden: runs, see S)
   int64_t first_group;  // scale index of column c = 0
   int n;                // elements in the group (0: no tile for this lane)
   int columns;          // valid columns (groups) of the tile
-  int r0;               // this lane's first group element, li * R
+  int r0;               // this lane's first group element, li * K
   bool full;            // n == G: the Hadamard transform applies
-
-  __device__ __forceinline__ bool valid(int r, int c) const { return r0 + r < n && c < columns; }
 };
 
-template <int G, bool kTokens, int R, int C>
+template <class S, int G, bool kTokens>
 __device__ __forceinline__ TileRef tile_at(int64_t tile, int li, const GroupParams& p) {
-  TileRef t{0, 1, 0, 0, 0, li * R, false};
+  constexpr int C = S::C;
+  TileRef t{0, 1, 0, 0, 0, li * S::K, false};
   if (tile >= p.tiles) return t;
   const int64_t major = tile / p.tiles_per_row, minor = tile % p.tiles_per_row;
   if constexpr (kTokens) {

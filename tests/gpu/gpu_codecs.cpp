@@ -13,6 +13,7 @@
 // decoder gives, and leave the output untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -202,6 +203,59 @@ TEST(CudaCodecs, EncodeDecodeAndAccumulateMatchTheCpuReferenceBitForBit) {
         check_case<float>(*codec, shape, d, ++seed);
         check_case<bf16>(*codec, shape, d, ++seed);
         if (HasFailure()) return;  // one failing case tells the story; thousands would not
+      }
+    }
+  }
+}
+
+// The two-shot all-reduce's middle step: p messages decoded, summed in fp32 in order and
+// re-encoded in one kernel give the bytes of the host's decode_accumulate into zeros + encode,
+// and the groups decoded as NaN are counted; a bad header in any message is reported.
+TEST(CudaCodecs, DecodeSumEncodeMatchesTheHostDecodeAccumulateThenEncode) {
+  TACO_SKIP_WITHOUT_GPU();
+  const WireContext ctx{"test", 0};
+  uint64_t seed = 1000;
+  for (const CodecOptions& o : all_fp8_options()) {
+    const auto codec = make_codec(canonical(o));
+    for (MessageShape shape : kShapes) {
+      for (int p : {1, 3}) {
+        SCOPED_TRACE(describe(codec->name(), " [", shape.rows, ", ", shape.cols, "] p=", p));
+        const size_t n = size_t(shape.count());
+        const size_t size = codec->max_encoded_size(shape, DType::bf16);
+        const size_t slot = (size + 15) / 16 * 16;
+        std::vector<uint8_t> slots(size_t(p) * slot, 0);
+        std::vector<float> sum(n, 0.f);
+        int64_t nan_groups = 0;
+        for (int i = 0; i < p; ++i) {
+          const Data d = i == 2 ? Data::nonfinite : i == 1 ? Data::outliers : Data::gaussian;
+          const std::vector<bf16> x = test::to_bf16(make_data(d, shape, ++seed));
+          codec->encode(x.data(), shape, slots.data() + size_t(i) * slot, size);
+          nan_groups += codec->decode_accumulate(slots.data() + size_t(i) * slot, size, shape,
+                                                 sum.data(), ctx)
+                            .nonfinite_groups;
+        }
+        const size_t out_size = codec->max_encoded_size(shape, DType::f32);
+        std::vector<uint8_t> ref(out_size);
+        codec->encode(sum.data(), shape, ref.data(), out_size);
+
+        DeviceArray<uint8_t> in(slots), out(out_size);
+        DeviceArray<float> scratch(std::max<size_t>(n, 1));
+        DeviceArray<uint32_t> status(std::vector<uint32_t>{0});
+        DeviceArray<int64_t> counter(std::vector<int64_t>{0});
+        codec->decode_sum_encode_async(in.get(), slot, p, size, shape, out.get(), scratch.get(),
+                                       nullptr, status.get(), counter.get());
+        EXPECT_EQ(status.download()[0], 0u);
+        EXPECT_EQ(count_byte_mismatches(out.download(), ref), 0u) << "re-encoded bytes";
+        EXPECT_EQ(counter.download()[0], nan_groups);
+        if (p == 3) {
+          std::vector<uint8_t> bad = slots;
+          bad[slot + 1] ^= 0x40;  // message 1's magic
+          DeviceArray<uint8_t> bad_in(bad);
+          codec->decode_sum_encode_async(bad_in.get(), slot, p, size, shape, out.get(),
+                                         scratch.get(), nullptr, status.get(), nullptr);
+          EXPECT_EQ(status.download()[0], uint32_t(WireStatus::bad_magic));
+        }
+        if (HasFailure()) return;
       }
     }
   }

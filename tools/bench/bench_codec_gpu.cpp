@@ -1,9 +1,10 @@
 // taco-bench codec (GPU): the device codecs (compression/cuda/) on bf16 messages [n / 1024, 1024]
 // of 1 MB .. 1 GB. For each size and codec: encode (bf16 in + wire out), decode to bf16 (wire in +
-// bf16 out) and decode-accumulate into fp32 (wire in + fp32 in + fp32 out), in GB/s of bytes
+// bf16 out), decode-accumulate into fp32 (wire in + fp32 in + fp32 out) and decode-sum-encode of
+// two messages (the two-shot all-reduce's middle step: 2 wires in + wire out), in GB/s of bytes
 // moved, next to a device-to-device cudaMemcpy of the bf16 message (read + write) timed in the
-// same run, and the relative L2 error of the decoded message against the input. CUDA events,
-// best of --reps after one warm-up.
+// same run, and the relative L2 error of the decoded message against the input, with the CPU
+// codec's on the same elements. CUDA events, best of --reps after one warm-up.
 #include "tools/bench/bench_codec_gpu.h"
 
 #include <cmath>
@@ -32,7 +33,8 @@ constexpr int64_t kErrorSample = int64_t(1) << 22;  // elements checked for the 
 struct GpuRow {
   size_t message_bytes;
   std::string codec;
-  double wire_bytes, copy_gbps, encode_gbps, decode_gbps, accumulate_gbps, rel_l2;
+  double wire_bytes, copy_gbps, encode_gbps, decode_gbps, accumulate_gbps, reduce_gbps, rel_l2,
+      cpu_rel_l2;
 };
 
 template <class F>
@@ -86,12 +88,15 @@ int codec_gpu(const GpuCodecArgs& a) {
   bf16* y = nullptr;
   float* acc = nullptr;
   uint8_t* wire = nullptr;
+  uint8_t* slots = nullptr;  // decode-sum-encode: two received messages
   int64_t* counter = nullptr;
   uint32_t* status = nullptr;
   TACO_CHECK_CUDA(cudaMalloc(&x, size_t(max_n) * 2));
   TACO_CHECK_CUDA(cudaMalloc(&y, size_t(max_n) * 2));
   TACO_CHECK_CUDA(cudaMalloc(&acc, size_t(max_n) * 4));
-  TACO_CHECK_CUDA(cudaMalloc(&wire, size_t(max_n) * 2 + 4096));
+  const size_t wire_capacity = size_t(max_n) * 2 + 4096;
+  TACO_CHECK_CUDA(cudaMalloc(&wire, wire_capacity));
+  TACO_CHECK_CUDA(cudaMalloc(&slots, 2 * wire_capacity));
   TACO_CHECK_CUDA(cudaMalloc(&counter, 8));
   TACO_CHECK_CUDA(cudaMalloc(&status, 4));
   for (int64_t i = 0; i < max_n; i += int64_t(block.size())) {
@@ -107,10 +112,13 @@ int codec_gpu(const GpuCodecArgs& a) {
   std::printf(
       "taco-bench codec (GPU): bf16 messages [n / %lld, %lld], Gaussian std 1e-3, best of %d\n"
       "GB/s = bytes moved / time: encode bf16 in + wire out; decode wire in + bf16 out;\n"
-      "accumulate wire in + fp32 in + fp32 out; copy = device-to-device memcpy, read + write\n\n",
-      (long long)kCols, (long long)kCols, a.reps);
-  std::printf("%9s %-29s %8s %9s %9s %9s %9s %9s\n", "size", "codec", "B/elem", "copy", "encode",
-              "decode", "dec+acc", "rel L2");
+      "dec+acc wire in + fp32 in + fp32 out; reduce (decode 2, sum, re-encode: the all-reduce's\n"
+      "middle step) 2 wires in + wire out; copy = device-to-device memcpy, read + write.\n"
+      "rel L2: the GPU round trip's error on the first %lld elements; cpu L2: the CPU codec's on\n"
+      "the same elements\n\n",
+      (long long)kCols, (long long)kCols, a.reps, (long long)kErrorSample);
+  std::printf("%9s %-29s %8s %9s %9s %9s %9s %9s %9s %9s\n", "size", "codec", "B/elem", "copy",
+              "encode", "decode", "dec+acc", "reduce", "rel L2", "cpu L2");
   std::vector<GpuRow> rows;
   for (size_t bytes = size_t(1) << 20; bytes <= max_bytes; bytes *= 4) {
     const int64_t n = int64_t(bytes / 2);
@@ -122,7 +130,7 @@ int codec_gpu(const GpuCodecArgs& a) {
     for (const CodecOptions& o : gpu_codecs()) {
       const auto codec = make_codec(o);
       const size_t wire_bytes = codec->max_encoded_size(shape, DType::bf16);
-      GpuRow r{bytes, codec->name(), double(wire_bytes) / double(n), copy_gbps, 0, 0, 0, 0};
+      GpuRow r{bytes, codec->name(), double(wire_bytes) / double(n), copy_gbps, 0, 0, 0, 0, 0, 0};
       const double te = best_ms(a.reps, start, stop, [&] {
         codec->encode_async(x, DType::bf16, shape, wire, nullptr, counter);
       });
@@ -132,6 +140,17 @@ int codec_gpu(const GpuCodecArgs& a) {
       const double ta = best_ms(a.reps, start, stop, [&] {
         codec->decode_async(wire, wire_bytes, shape, acc, DType::f32, true, nullptr, status);
       });
+      const size_t slot = (wire_bytes + 15) / 16 * 16;
+      const size_t sum_bytes = codec->max_encoded_size(shape, DType::f32);
+      TACO_CHECK_CUDA(cudaMemcpy(slots, wire, wire_bytes, cudaMemcpyDeviceToDevice));
+      TACO_CHECK_CUDA(cudaMemcpy(slots + slot, wire, wire_bytes, cudaMemcpyDeviceToDevice));
+      const double tr = best_ms(a.reps, start, stop, [&] {
+        codec->decode_sum_encode_async(slots, slot, 2, wire_bytes, shape,
+                                       reinterpret_cast<uint8_t*>(y), acc, nullptr, status);
+      });
+      r.reduce_gbps = double(2 * wire_bytes + sum_bytes) / tr / 1e6;
+      // y held the re-encoded sum: decode into it again for the error below.
+      codec->decode_async(wire, wire_bytes, shape, y, DType::bf16, false, nullptr, status);
       r.encode_gbps = double(bytes + wire_bytes) / te / 1e6;
       r.decode_gbps = double(wire_bytes + bytes) / td / 1e6;
       r.accumulate_gbps = double(wire_bytes + 4 * bytes) / ta / 1e6;
@@ -151,9 +170,24 @@ int codec_gpu(const GpuCodecArgs& a) {
         ref += u * u;
       }
       r.rel_l2 = std::sqrt(err / ref);
-      std::printf("%6zu MB %-29s %8.4f %9.1f %9.1f %9.1f %9.1f %9.3e\n", bytes >> 20,
+      {
+        // The CPU codec on the same elements (whole rows; 2^22 elements is a multiple of every
+        // token-axis group of rows).
+        const MessageShape part{int64_t(m) / kCols, kCols};
+        std::vector<uint8_t> cpu_wire(codec->max_encoded_size(part, DType::bf16));
+        std::vector<bf16> back(m);
+        codec->encode(in.data(), part, cpu_wire.data(), cpu_wire.size());
+        codec->decode(cpu_wire.data(), cpu_wire.size(), part, back.data(), WireContext{"bench", 0});
+        double cpu_err = 0;
+        for (size_t i = 0; i < m; ++i) {
+          const double d = double(bf16_to_float(back[i])) - double(bf16_to_float(in[i]));
+          cpu_err += d * d;
+        }
+        r.cpu_rel_l2 = std::sqrt(cpu_err / ref);
+      }
+      std::printf("%6zu MB %-29s %8.4f %9.1f %9.1f %9.1f %9.1f %9.1f %9.3e %9.3e\n", bytes >> 20,
                   r.codec.c_str(), r.wire_bytes, r.copy_gbps, r.encode_gbps, r.decode_gbps,
-                  r.accumulate_gbps, r.rel_l2);
+                  r.accumulate_gbps, r.reduce_gbps, r.rel_l2, r.cpu_rel_l2);
       std::fflush(stdout);
       rows.push_back(r);
     }
@@ -161,7 +195,8 @@ int codec_gpu(const GpuCodecArgs& a) {
   }
   TACO_CHECK_CUDA(cudaEventDestroy(start));
   TACO_CHECK_CUDA(cudaEventDestroy(stop));
-  for (void* p : {(void*)x, (void*)y, (void*)acc, (void*)wire, (void*)counter, (void*)status}) {
+  for (void* p : {(void*)x, (void*)y, (void*)acc, (void*)wire, (void*)slots, (void*)counter,
+                  (void*)status}) {
     TACO_CHECK_CUDA(cudaFree(p));
   }
   if (!a.json.empty()) {
@@ -177,7 +212,9 @@ int codec_gpu(const GpuCodecArgs& a) {
         << ",\"encode_gbps\":" << json_number(r.encode_gbps)
         << ",\"decode_gbps\":" << json_number(r.decode_gbps)
         << ",\"decode_accumulate_gbps\":" << json_number(r.accumulate_gbps)
-        << ",\"rel_l2\":" << json_number(r.rel_l2) << "}";
+        << ",\"decode_sum_encode_gbps\":" << json_number(r.reduce_gbps)
+        << ",\"rel_l2\":" << json_number(r.rel_l2)
+        << ",\"cpu_rel_l2\":" << json_number(r.cpu_rel_l2) << "}";
     }
     f << "\n]}\n";
     if (!f) throw UserError("--json " + a.json + ": write failed");

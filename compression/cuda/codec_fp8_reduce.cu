@@ -1,0 +1,154 @@
+// The middle step of the two-shot all-reduce on the device: p received messages decoded, summed
+// in fp32 in rank order and re-encoded, in one kernel for the grouped codecs. Each tile is
+// decoded p times into registers (group_codec.cuh, decode_tile), summed there, and quantized
+// (encode_tile): the p inputs are read once and the sum never touches memory. The bytes are the
+// host's: decode_accumulate of each message into zeros, then encode of the fp32 sum.
+#include "compression/cuda/codec_fp8_device.h"
+#include "compression/cuda/group_codec.cuh"
+#include "kernels/cuda/common.cuh"
+
+namespace taco::cuda {
+namespace codec {
+namespace {
+
+template <int G, bool kTokens>
+__global__ void __launch_bounds__(kThreads)
+    decode_sum_encode_kernel(const uint8_t* __restrict__ in, uint64_t slot, int count,
+                             uint64_t size, WireExpectation expect, uint8_t* __restrict__ out,
+                             GroupParams p, HeaderParams hp, uint32_t* status,
+                             int64_t* nonfinite_groups) {
+  // Every header first (the host decoder would stop at the first bad one): one verdict per
+  // block, so no block writes anything from a rejected message.
+  __shared__ uint32_t verdict;
+  if (threadIdx.x == 0) {
+    uint32_t first = 0;
+    for (int i = 0; i < count && first == 0; ++i)
+      first = uint32_t(check_wire_header(in + uint64_t(i) * slot, size, expect));
+    verdict = first;
+    if (first != 0 && blockIdx.x == 0) atomicCAS(status, 0u, first);
+  }
+  __syncthreads();
+  if (verdict != 0) return;
+
+  using S = TileShape<4, G, kTokens>;  // the sum is fp32
+  constexpr int R = S::R, L = S::L, C = S::C;
+  write_header_and_padding(out, hp);
+  const int lane = threadIdx.x % 32, li = lane % L;
+  int64_t poisoned_in = 0, poisoned_out = 0;
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+
+  for (int64_t t0 = warp * S::kTilesPerWarp; t0 < p.tiles; t0 += warps * S::kTilesPerWarp) {
+    const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
+    float sum[C][R];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) sum[c][r] = 0.f;
+    }
+    for (int i = 0; i < count; ++i) {
+      const uint8_t* message = in + uint64_t(i) * slot;
+      float v[C][R];
+      decode_tile<S, kTokens>(message + wire::kHeaderBytes, message + p.scales_offset, t, li, p,
+                              v, poisoned_in);
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) sum[c][r] = __fadd_rn(sum[c][r], v[c][r]);
+      }
+    }
+    encode_tile<S, kTokens>(sum, t, li, p, out + wire::kHeaderBytes, out + p.scales_offset,
+                            poisoned_out);
+  }
+  add_count(nonfinite_groups, poisoned_in);
+}
+
+struct ReduceArgs {
+  const uint8_t* in;
+  uint64_t slot, size;
+  int count;
+  WireExpectation expect;
+  GroupParams p;
+  HeaderParams hp;
+  uint8_t* out;
+  uint32_t* status;
+  int64_t* nonfinite_groups;
+  cudaStream_t stream;
+};
+
+template <int G, bool kTokens>
+void launch(const ReduceArgs& a) {
+  using S = TileShape<4, G, kTokens>;
+  GroupParams p = a.p;
+  set_tiles<S, G, kTokens>(p, /*aligned=*/true);  // slots and out are 16-byte aligned
+  const int64_t per_block = int64_t(kThreads / 32) * S::kTilesPerWarp;
+  const int64_t needed = (p.tiles + per_block - 1) / per_block;
+  const int64_t cap = int64_t(detail::sm_count()) * 8;
+  const unsigned blocks = unsigned(needed < 1 ? 1 : needed < cap ? needed : cap);
+  decode_sum_encode_kernel<G, kTokens><<<blocks, kThreads, 0, a.stream>>>(
+      a.in, a.slot, a.count, a.size, a.expect, a.out, p, a.hp, a.status, a.nonfinite_groups);
+  TACO_LAUNCH_OK();
+}
+
+template <bool kTokens>
+void dispatch(int group, const ReduceArgs& a) {
+  switch (group) {
+    case 32:
+      return launch<32, kTokens>(a);
+    case 64:
+      return launch<64, kTokens>(a);
+    case 128:
+      return launch<128, kTokens>(a);
+    case 256:
+      return launch<256, kTokens>(a);
+    case 512:
+      return launch<512, kTokens>(a);
+  }
+  TACO_CHECK(false, "device codec: group " + std::to_string(group) + " is not supported");
+}
+
+}  // namespace
+}  // namespace codec
+
+void fp8_decode_sum_encode_device(const uint8_t* in, size_t slot, int count, size_t size,
+                                  const Fp8DeviceMessage& message, uint8_t* out, float* scratch,
+                                  Stream stream, uint32_t* status, int64_t* nonfinite_groups) {
+  TACO_CHECK(count >= 1, "device codec: decode-sum-encode needs at least one message");
+  TACO_CHECK(status != nullptr, "device decode needs a status word");
+  TACO_CHECK(detail::aligned16(in) && slot % 16 == 0 && detail::aligned16(out),
+             "device codec: wire buffers and slots must be 16-byte aligned");
+  TACO_CHECK(count == 1 || slot >= size, "device codec: slots shorter than their messages");
+  const Fp8GroupSpec& s = message.spec;
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (s.group == 0) {
+    // fp8_tensor: one scale for the whole sum, so the sum is materialized first.
+    const int64_t n = s.count();
+    TACO_CHECK(scratch != nullptr || n == 0, "device codec: fp8_tensor needs the fp32 scratch");
+    if (n > 0) TACO_CUDA_OK(cudaMemsetAsync(scratch, 0, size_t(n) * sizeof(float), cuda_stream));
+    for (int i = 0; i < count; ++i) {
+      fp8_decode_device(in + size_t(i) * slot, size, message, scratch, DType::f32, true, stream,
+                        status, nonfinite_groups);
+    }
+    fp8_encode_device(scratch, DType::f32, message, out, stream, nullptr);
+    return;
+  }
+  codec::ReduceArgs a;
+  a.in = in;
+  a.slot = slot;
+  a.size = size;
+  a.count = count;
+  a.expect = codec::wire_expectation(message);
+  a.p = codec::group_params(message);
+  a.hp = codec::header_params(message);
+  a.out = out;
+  a.status = status;
+  a.nonfinite_groups = nonfinite_groups;
+  a.stream = cuda_stream;
+  if (s.along_tokens) {
+    codec::dispatch<true>(int(s.group), a);
+  } else {
+    codec::dispatch<false>(int(s.group), a);
+  }
+}
+
+}  // namespace taco::cuda

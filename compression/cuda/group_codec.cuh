@@ -1,0 +1,271 @@
+// One tile of a grouped FP8 codec (fp8_block, taco), shared by the encode, decode and
+// decode-sum-encode kernels: encode_tile quantizes values held in registers into codes and
+// scales, decode_tile turns codes and scales back into values in registers, both exactly as
+// kernels/cpu/codec_fp8.cpp does (fp8_math.cuh), in the lane layout of tile.cuh.
+#pragma once
+
+#include <cstring>
+
+#include "compression/cuda/codec_fp8_device.h"
+#include "compression/cuda/fp8_math.cuh"
+#include "compression/cuda/tile.cuh"
+#include "compression/cuda/wire_check.cuh"
+#include "kernels/hadamard.h"
+
+namespace taco::cuda::codec {
+
+// The header and the zero padding after payload and scales, written by block 0.
+struct HeaderParams {
+  uint8_t bytes[wire::kHeaderBytes];
+  uint64_t payload_end;    // 48 + payload bytes; padding up to scales_offset
+  uint64_t scales_offset;  //
+  uint64_t scales_end;     // scales_offset + scale bytes; padding up to total
+  uint64_t total;
+};
+
+inline HeaderParams header_params(const Fp8DeviceMessage& m) {
+  HeaderParams hp;
+  std::memcpy(hp.bytes, m.header, wire::kHeaderBytes);
+  hp.payload_end = wire::kHeaderBytes + m.payload_bytes;
+  hp.scales_offset = m.scales_offset;
+  hp.scales_end = m.scales_offset + m.scales_bytes;
+  hp.total = m.total_bytes;
+  return hp;
+}
+
+// What a decoder expects of a message's header.
+inline WireExpectation wire_expectation(const Fp8DeviceMessage& m) {
+  const Fp8GroupSpec& s = m.spec;
+  return WireExpectation{m.kind,  uint8_t(s.format), uint8_t(s.scales), m.axis,
+                         m.group, uint32_t(s.rows),  uint32_t(s.cols)};
+}
+
+// The per-message numbers of a grouped kernel; the tile counts are left to the launcher (they
+// depend on its tile shape): tiles is 1 for a non-empty message, 0 for an empty one.
+inline GroupParams group_params(const Fp8DeviceMessage& m) {
+  const Fp8GroupSpec& s = m.spec;
+  GroupParams p;
+  p.rows = s.rows;
+  p.cols = s.cols;
+  p.tiles = s.count() > 0 ? 1 : 0;
+  p.num_groups = s.num_groups();
+  p.scales_offset = m.scales_offset;
+  p.format = s.format;
+  p.scales = s.scales;
+  p.hadamard = s.hadamard;
+  p.hadamard_scale = s.group > 0 ? hadamard_scale(int(s.group)) : 1.f;
+  p.target = fp8_max(s.format);
+  return p;
+}
+
+// Fills the tile counts of `p` for tile shape S (p.tiles must be 0 or 1, as group_params left
+// it); `aligned`: the launch's value pointer is 16-byte aligned.
+template <class S, int G, bool kTokens>
+void set_tiles(GroupParams& p, bool aligned) {
+  if (p.tiles == 0) return;
+  p.tiles_per_row = kTokens ? (p.cols + S::C - 1) / S::C : (p.cols + G - 1) / G;
+  p.tiles = kTokens ? (p.rows + G - 1) / G * p.tiles_per_row : p.tiles_per_row * p.rows;
+  p.vectorized = aligned && p.cols % S::kRun == 0;
+}
+
+__device__ __forceinline__ void write_header_and_padding(uint8_t* out, const HeaderParams& h) {
+  if (blockIdx.x != 0) return;
+  for (int i = threadIdx.x; i < int(wire::kHeaderBytes); i += blockDim.x) out[i] = h.bytes[i];
+  const int pad1 = int(h.scales_offset - h.payload_end), pad2 = int(h.total - h.scales_end);
+  for (int i = threadIdx.x; i < pad1 + pad2; i += blockDim.x) {
+    out[i < pad1 ? h.payload_end + i : h.scales_end + (i - pad1)] = 0;
+  }
+}
+
+__device__ __forceinline__ void add_count(int64_t* counter, int64_t v) {
+  if (v != 0 && counter != nullptr) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(counter), static_cast<unsigned long long>(v));
+  }
+}
+
+// A group's decode scales (kernels/cpu/codec_fp8.cpp, read_scale).
+struct DecodeScale {
+  float mul, a;
+  bool poisoned;
+};
+
+__device__ __forceinline__ DecodeScale read_scale(const uint8_t* scales, int64_t g,
+                                                  int64_t num_groups, Fp8Scales mode) {
+  DecodeScale d{1.f, 1.f, false};
+  if (mode == Fp8Scales::e8m0) {
+    const uint32_t b = __ldg(scales + g);
+    d.poisoned = b == kPoisonedE8m0;
+    d.mul = d.poisoned ? 1.f : exact_pow2(int(b) - 127);
+  } else {
+    d.mul = get_f32(scales + 4 * g);
+    if (mode == Fp8Scales::dual) d.a = get_f32(scales + 4 * (num_groups + g));
+    d.poisoned = !(d.mul == d.mul) || !(d.a == d.a);
+  }
+  return d;
+}
+
+// Quantizes the tile's values v (elements outside the group are zero) into the codes and scales
+// of a message, counting poisoned groups (a non-finite value) into `poisoned_groups`.
+template <class S, bool kTokens>
+__device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRef& t, int li,
+                                            const GroupParams& p, uint8_t* codes_out,
+                                            uint8_t* scales, int64_t& poisoned_groups) {
+  constexpr int R = S::R, L = S::L, K = S::K, C = S::C, kRun = S::kRun;
+  const bool e8m0 = p.scales == Fp8Scales::e8m0;
+  uint32_t packed[R * C / 4];  // codes: tokens [r][c], hidden [r]
+#pragma unroll
+  for (int w = 0; w < R * C / 4; ++w) packed[w] = 0;
+
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    int bad = 0;
+#pragma unroll
+    for (int r = 0; r < R; ++r) bad += !is_finite(v[c][r]);
+    bad = group_sum<L>(bad);
+
+    float a = 1.f;
+    int ea = 0;
+    if (p.hadamard) {
+      float sq[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) sq[r] = __fmul_rn(v[c][r], v[c][r]);
+      const float ss = tree_sum<R, L, K>(sq);
+      a = adaptive_scale(ss, t.n > 0 ? t.n : 1, p.target);
+      if (e8m0) {  // a is normal, in [1e-3, 1e3]: floor(log2 a) is its exponent field
+        ea = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;
+        a = exact_pow2(ea);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[c][r] = __fmul_rn(v[c][r], a);
+      hadamard<R, L, K>(v[c], li, t.full, p.hadamard_scale);
+    }
+    float m = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) m = fmaxf(m, fabsf(v[c][r]));
+    m = group_max<L>(m);
+    const Quantizer qz = make_quantizer(m, ea, p.scales, p.target);
+    if (bad == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int i = kTokens ? r * C + c : r;
+        packed[i / 4] |= uint32_t(qz(v[c][r], p.format)) << (8 * (i % 4));
+      }
+    }
+
+    if (li == 0 && t.n > 0 && c < t.columns) {
+      const int64_t g = t.first_group + c;
+      if (bad != 0) {
+        ++poisoned_groups;
+        if (e8m0) {
+          scales[g] = kPoisonedE8m0;
+        } else {
+          put_f32(scales + 4 * g, quiet_nan());
+          if (p.scales == Fp8Scales::dual) put_f32(scales + 4 * (p.num_groups + g), quiet_nan());
+        }
+      } else if (e8m0) {
+        scales[g] = uint8_t(qz.k + 127);
+      } else if (p.scales == Fp8Scales::dual) {
+        put_f32(scales + 4 * g, qz.q);
+        put_f32(scales + 4 * (p.num_groups + g), a);
+      } else {
+        put_f32(scales + 4 * g, __fdiv_rn(qz.q, a));
+      }
+    }
+  }
+
+  // Store the codes (payload index = element index).
+  if constexpr (kTokens) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (t.r0 + r >= t.n) continue;
+      uint8_t* dst = codes_out + t.base + r * t.stride_r;
+      if (p.vectorized) {
+        store_bytes<C>(dst, &packed[r * C / 4]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          if (c < t.columns) dst[c] = uint8_t(byte_of(packed, r * C + c));
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < R; k += kRun) {
+      if (p.vectorized) {
+        if (t.r0 + S::offset(k) < t.n)
+          store_bytes<kRun>(codes_out + t.base + S::offset(k), &packed[k / 4]);
+      } else {
+#pragma unroll
+        for (int r = k; r < k + kRun; ++r) {
+          if (t.r0 + S::offset(r) < t.n)
+            codes_out[t.base + S::offset(r)] = uint8_t(byte_of(packed, r));
+        }
+      }
+    }
+  }
+}
+
+// The values of the tile's groups (elements outside the group: zero, or NaN in a poisoned
+// group), counting the groups decoded as NaN into `poisoned_groups`.
+template <class S, bool kTokens>
+__device__ __forceinline__ void decode_tile(const uint8_t* codes_in, const uint8_t* scales,
+                                            const TileRef& t, int li, const GroupParams& p,
+                                            float (&v)[S::C][S::R], int64_t& poisoned_groups) {
+  constexpr int R = S::R, L = S::L, K = S::K, C = S::C, kRun = S::kRun;
+  uint32_t packed[R * C / 4];  // codes: tokens [r][c], hidden [r]
+#pragma unroll
+  for (int w = 0; w < R * C / 4; ++w) packed[w] = 0;
+  if constexpr (kTokens) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (t.r0 + r >= t.n) continue;
+      const uint8_t* src = codes_in + t.base + r * t.stride_r;
+      if (p.vectorized) {
+        load_bytes<C>(src, &packed[r * C / 4]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          if (c < t.columns) packed[(r * C + c) / 4] |= uint32_t(src[c]) << (8 * (c % 4));
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < R; k += kRun) {
+      if (p.vectorized) {
+        if (t.r0 + S::offset(k) < t.n)
+          load_bytes<kRun>(codes_in + t.base + S::offset(k), &packed[k / 4]);
+      } else {
+#pragma unroll
+        for (int r = k; r < k + kRun; ++r) {
+          if (t.r0 + S::offset(r) < t.n)
+            packed[r / 4] |= uint32_t(codes_in[t.base + S::offset(r)]) << (8 * (r % 4));
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    DecodeScale d{1.f, 1.f, false};
+    if (t.n > 0 && c < t.columns)
+      d = read_scale(scales, t.first_group + c, p.num_groups, p.scales);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      v[c][r] = __fmul_rn(from_fp8(byte_of(packed, kTokens ? r * C + c : r), p.format), d.mul);
+    }
+    if (p.hadamard) hadamard<R, L, K>(v[c], li, t.full, p.hadamard_scale);
+    if (p.scales == Fp8Scales::dual) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[c][r] = __fdiv_rn(v[c][r], d.a);
+    }
+    if (d.poisoned) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[c][r] = quiet_nan();
+      if (li == 0) ++poisoned_groups;
+    }
+  }
+
+}
+
+}  // namespace taco::cuda::codec
