@@ -87,11 +87,16 @@ CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_la
     : n_layer_(n_layer),
       min_bytes_(section.min_bytes),
       calibrate_steps_(section.calibrate_steps),
+      chunks_(section.chunks),
       per_layer_(size_t(std::max(n_layer, 0))) {
   if (n_layer < 1) throw UserError(source + ": model.n_layer must be at least 1");
   if (section.min_bytes < 0) {
     throw UserError(source + ": compression.min_bytes: " + std::to_string(section.min_bytes) +
                     " is negative; use 0 to compress every message");
+  }
+  if (section.chunks < 0) {
+    throw UserError(source + ": compression.chunks: " + std::to_string(section.chunks) +
+                    " is negative; use auto or a number of pipeline pieces >= 1");
   }
   const CodecOptions fallback =
       codec_options_from_spec(section.default_spec, source + ": compression.default");

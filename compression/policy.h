@@ -5,6 +5,7 @@
 //     default: { codec: none }
 //     min_bytes: 65536                  # smaller messages go uncompressed
 //     calibrate_steps: 20               # needed when a rule says group: auto (group 0)
+//     chunks: auto                      # pipeline pieces of a device collective (or N >= 1)
 //     rules:                            # first match wins
 //       - { layers: "1-3", sites: [attn.out.fwd, mlp.out.fwd], codec: taco, group: 128 }
 //
@@ -39,6 +40,9 @@ class CompressionPolicy {
   int n_layer() const { return n_layer_; }
   int64_t min_bytes() const { return min_bytes_; }
   int calibrate_steps() const { return calibrate_steps_; }
+  // Pipeline pieces per compressed collective on the device: >= 1, or 0 = auto
+  // (parallel/device_compressed_collectives.h).
+  int chunks() const { return chunks_; }
 
   // The configured options at (layer, site); group may be kAutoGroup before calibration.
   // `layer` is ignored for model-wide sites and must be in [0, n_layer) for per-layer ones.
@@ -64,6 +68,7 @@ class CompressionPolicy {
   int n_layer_;
   int64_t min_bytes_;
   int calibrate_steps_;
+  int chunks_;
   // per_layer_[layer][site] for per-layer sites; model_wide_[site] for the others.
   std::vector<std::array<CodecOptions, kNumSites>> per_layer_;
   std::array<CodecOptions, kNumSites> model_wide_;

@@ -31,6 +31,10 @@ struct CompressionSection {
   CodecSpec default_spec;  // YAML key: default
   int64_t min_bytes = 0;   // messages smaller than this are sent uncompressed
   int calibrate_steps = 0;
+  // Pipeline pieces of one compressed collective on device buffers (DESIGN.md §5, overlap): the
+  // encode of piece i+1 runs while piece i is on the wire. YAML `auto` (0 here: pieces of at
+  // least 4 MiB, at most 8, one for messages under 8 MiB) or an integer >= 1.
+  int chunks = 0;
   std::vector<CompressionRule> rules;  // first match wins
 };
 

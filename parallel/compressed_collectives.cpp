@@ -13,11 +13,6 @@ namespace {
 const float* as_f32(const void* p, int64_t offset) { return static_cast<const float*>(p) + offset; }
 const bf16* as_bf16(const void* p, int64_t offset) { return static_cast<const bf16*>(p) + offset; }
 
-void check_dtype(DType dtype) {
-  TACO_CHECK(dtype == DType::f32 || dtype == DType::bf16,
-             std::string("compressed collectives take f32 or bf16, not ") + dtype_name(dtype));
-}
-
 EncodeResult encode_at(const Codec& codec, const void* x, DType dtype, int64_t offset,
                        MessageShape shape, uint8_t* out, size_t capacity) {
   return dtype == DType::f32 ? codec.encode(as_f32(x, offset), shape, out, capacity)
@@ -31,9 +26,23 @@ DecodeResult decode_at(const Codec& codec, const uint8_t* in, size_t size, Messa
              : codec.decode(in, size, shape, static_cast<bf16*>(out) + offset, where);
 }
 
-// ||xhat - x||^2 and ||x||^2 of n elements of x (at offset) against fp32 xhat, in double.
-void add_error(const void* x, DType dtype, int64_t offset, const float* xhat, int64_t n,
-               CompressedCall& call) {
+// Encodes into a slot and zeroes the rest of it, so equal inputs give identical slots.
+EncodeResult encode_into_slot(const Codec& codec, const void* x, DType dtype, int64_t offset,
+                              MessageShape shape, uint8_t* slot, size_t slot_bytes) {
+  const EncodeResult r = encode_at(codec, x, dtype, offset, shape, slot, slot_bytes);
+  std::memset(slot + r.bytes, 0, slot_bytes - r.bytes);
+  return r;
+}
+
+}  // namespace
+
+void CompressedCollectives::check_dtype(DType dtype) {
+  TACO_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+             std::string("compressed collectives take f32 or bf16, not ") + dtype_name(dtype));
+}
+
+void CompressedCollectives::add_error(const void* x, DType dtype, int64_t offset, const float* xhat,
+                                      int64_t n, CompressedCall& call) {
   call.measured = true;
   for (int64_t i = 0; i < n; ++i) {
     const double a = dtype == DType::f32 ? double(as_f32(x, offset)[i])
@@ -44,15 +53,8 @@ void add_error(const void* x, DType dtype, int64_t offset, const float* xhat, in
   }
 }
 
-// Encodes into a slot and zeroes the rest of it, so equal inputs give identical slots.
-EncodeResult encode_into_slot(const Codec& codec, const void* x, DType dtype, int64_t offset,
-                              MessageShape shape, uint8_t* slot, size_t slot_bytes) {
-  const EncodeResult r = encode_at(codec, x, dtype, offset, shape, slot, slot_bytes);
-  std::memset(slot + r.bytes, 0, slot_bytes - r.bytes);
-  return r;
-}
-
-void require_even_rows(MessageShape full, int parts, const char* op, const WireContext& where) {
+void CompressedCollectives::require_even_rows(MessageShape full, int parts, const char* op,
+                                              const WireContext& where) {
   const int64_t split = full.rows == 1 ? full.cols : full.rows;
   if (split % parts == 0) return;
   throw UserError("rank " + std::to_string(where.rank >= 0 ? where.rank : error_rank()) +
@@ -63,8 +65,6 @@ void require_even_rows(MessageShape full, int parts, const char* op, const WireC
                   std::to_string(parts) + " of them); pad the message or change the layout");
 }
 
-}  // namespace
-
 int64_t CompressedCollectives::chunk_rows(int64_t rows, int parts, int c) {
   return rows / parts + (c < rows % parts ? 1 : 0);
 }
@@ -74,8 +74,7 @@ int64_t CompressedCollectives::chunk_begin(int64_t rows, int parts, int c) {
 }
 
 // A flat message [1, n] splits its elements; any other splits its rows.
-CompressedCollectives::Chunks CompressedCollectives::split(MessageShape shape) const {
-  const int p = comm_.size();
+CompressedCollectives::Chunks CompressedCollectives::split(MessageShape shape, int p) {
   Chunks chunks;
   for (int c = 0; c < p; ++c) {
     if (shape.rows == 1) {
@@ -89,8 +88,7 @@ CompressedCollectives::Chunks CompressedCollectives::split(MessageShape shape) c
   return chunks;
 }
 
-size_t CompressedCollectives::slot_size(const Codec& codec, const Chunks& chunks,
-                                        DType dtype) const {
+size_t CompressedCollectives::slot_size(const Codec& codec, const Chunks& chunks, DType dtype) {
   size_t slot = 0;
   for (const MessageShape& s : chunks.shape)
     slot = std::max(slot, codec.max_encoded_size(s, dtype));
@@ -163,7 +161,7 @@ CompressedCall CompressedCollectives::all_reduce(const Codec& codec, void* x, DT
                                                  MessageShape shape, const WireContext& where,
                                                  bool measure) {
   check_dtype(dtype);
-  const Chunks chunks = split(shape);
+  const Chunks chunks = split(shape, comm_.size());
   CompressedCall call;
   // Shot one: chunk c of every rank goes to rank c, which sums the decoded chunks in fp32.
   acc_.resize(size_t(chunks.shape[size_t(comm_.rank())].count()));
@@ -182,7 +180,7 @@ CompressedCall CompressedCollectives::reduce_scatter(const Codec& codec, const v
                                                      const WireContext& where, bool measure) {
   check_dtype(dtype);
   require_even_rows(full, comm_.size(), "reduce-scatter", where);
-  const Chunks chunks = split(full);
+  const Chunks chunks = split(full, comm_.size());
   const size_t n = size_t(chunks.shape[size_t(comm_.rank())].count());
   CompressedCall call;
   float* acc = static_cast<float*>(out);
@@ -204,7 +202,7 @@ CompressedCall CompressedCollectives::all_gather(const Codec& codec, const void*
                                                  const WireContext& where, bool measure) {
   check_dtype(dtype);
   require_even_rows(full, comm_.size(), "all-gather", where);
-  const Chunks chunks = split(full);
+  const Chunks chunks = split(full, comm_.size());
   CompressedCall call;
   const size_t slot =
       gather_chunks(codec, in, dtype, chunks, out, dtype, where, call, &call.nonfinite_values);

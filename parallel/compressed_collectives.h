@@ -77,14 +77,27 @@ class CompressedCollectives {
   static int64_t chunk_rows(int64_t rows, int parts, int c);
   static int64_t chunk_begin(int64_t rows, int parts, int c);
 
- private:
-  // The p chunk shapes of a message and each chunk's first element.
+  // The message conventions above, shared with the device path
+  // (parallel/device_compressed_collectives.h).
+  // The `parts` chunk shapes of a message and each chunk's first element.
   struct Chunks {
     std::vector<MessageShape> shape;
     std::vector<int64_t> offset;
   };
-  Chunks split(MessageShape shape) const;
-  size_t slot_size(const Codec& codec, const Chunks& chunks, DType dtype) const;
+  static Chunks split(MessageShape shape, int parts);
+  // The slot every chunk travels in: the exact encoded size of the largest.
+  static size_t slot_size(const Codec& codec, const Chunks& chunks, DType dtype);
+  // f32 or bf16, else taco::Error.
+  static void check_dtype(DType dtype);
+  // reduce_scatter and all_gather: rows (flat: elements) must split evenly over `parts`.
+  static void require_even_rows(MessageShape full, int parts, const char* op,
+                                const WireContext& where);
+  // Adds ||xhat - x||^2 and ||x||^2 of n elements of x (f32 or bf16, from element `offset`)
+  // against fp32 xhat to `call`, in double, and marks it measured.
+  static void add_error(const void* x, DType dtype, int64_t offset, const float* xhat, int64_t n,
+                        CompressedCall& call);
+
+ private:
   // Shot one of all_reduce, all of reduce_scatter: encodes the chunks of `x`, all_to_all, and
   // sums the p decoded copies of this rank's chunk into `acc` (fp32) in rank order. Returns the
   // slot size.

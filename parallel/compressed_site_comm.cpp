@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 
 #include "engine/runtime/arena.h"
 #include "kernels/check.h"
@@ -101,6 +102,17 @@ const Codec* CompressedSiteComm::codec_for(const char* site, int layer, size_t b
   return codecs_.back().get();
 }
 
+bool CompressedSiteComm::on_device(const Tensor& t, const Codec& codec) {
+  // A plain MPI communicator moves host memory only: its device tensors are staged below.
+  if (t.device == DeviceKind::cpu || !codec.has_device_path() ||
+      std::string_view(communicator().backend()) == "mpi")
+    return false;
+  if (!device_collectives_)
+    device_collectives_ =
+        std::make_unique<DeviceCompressedCollectives>(communicator(), policy_.chunks());
+  return true;
+}
+
 void* CompressedSiteComm::host(const Tensor& t, std::vector<uint8_t>& stage, bool copy) {
   if (t.device == DeviceKind::cpu) return t.data;
   stage.resize(t.bytes());
@@ -117,6 +129,12 @@ void CompressedSiteComm::observe(const char* site, const void* x, DType dtype, M
   Site s;
   if (calibration_ && calibration_->active() && parse_site(site, &s))
     calibration_->observe(s, x, dtype, shape);
+}
+
+void CompressedSiteComm::observe_device(const char* site, const Tensor& t, MessageShape shape) {
+  Site s;
+  if (calibration_ && calibration_->active() && parse_site(site, &s))
+    calibration_->observe(s, host(t, stage_in_, true), t.dtype, shape);
 }
 
 void CompressedSiteComm::record(const char* site, CommOp native, size_t logical,
@@ -137,11 +155,16 @@ void CompressedSiteComm::all_reduce(const Tensor& x, int rows, const char* site,
   if (!codec) return SiteComm::all_reduce(x, rows, site, layer);
   const auto t0 = Clock::now();
   const MessageShape shape = shape_of(x.numel, rows, site);
-  void* data = host(x, stage_in_, true);
-  observe(site, data, x.dtype, shape);
-  const CompressedCall call =
-      collectives_.all_reduce(*codec, data, x.dtype, shape, where(site), measure_);
-  write_back(x, stage_in_);
+  CompressedCall call;
+  if (on_device(x, *codec)) {
+    observe_device(site, x, shape);
+    call = device_collectives_->all_reduce(*codec, x.data, x.dtype, shape, where(site), measure_);
+  } else {
+    void* data = host(x, stage_in_, true);
+    observe(site, data, x.dtype, shape);
+    call = collectives_.all_reduce(*codec, data, x.dtype, shape, where(site), measure_);
+    write_back(x, stage_in_);
+  }
   record(site, CommOp::all_reduce, x.bytes(), call, since(t0));
 }
 
@@ -153,12 +176,18 @@ void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int
              std::string("reduce_scatter at ") + site + ": output is not 1/size of the input");
   const auto t0 = Clock::now();
   const MessageShape full = shape_of(in.numel, rows, site);
-  const void* src = host(in, stage_in_, true);
-  void* dst = host(out, stage_out_, false);
-  observe(site, src, in.dtype, full);
-  const CompressedCall call =
-      collectives_.reduce_scatter(*codec, src, dst, in.dtype, full, where(site), measure_);
-  write_back(out, stage_out_);
+  CompressedCall call;
+  if (on_device(in, *codec) && out.device == in.device) {
+    observe_device(site, in, full);
+    call = device_collectives_->reduce_scatter(*codec, in.data, out.data, in.dtype, full,
+                                               where(site), measure_);
+  } else {
+    const void* src = host(in, stage_in_, true);
+    void* dst = host(out, stage_out_, false);
+    observe(site, src, in.dtype, full);
+    call = collectives_.reduce_scatter(*codec, src, dst, in.dtype, full, where(site), measure_);
+    write_back(out, stage_out_);
+  }
   record(site, CommOp::reduce_scatter, in.bytes(), call, since(t0));
 }
 
@@ -170,14 +199,20 @@ void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int row
              std::string("all_gather at ") + site + ": input is not 1/size of the output");
   const auto t0 = Clock::now();
   const MessageShape full = shape_of(out.numel, rows, site);
-  const void* src = host(in, stage_in_, true);
-  void* dst = host(out, stage_out_, false);
-  observe(site, src, in.dtype,
-          MessageShape{full.rows == 1 ? 1 : full.rows / size(),
-                       full.rows == 1 ? int64_t(in.numel) : full.cols});
-  const CompressedCall call =
-      collectives_.all_gather(*codec, src, dst, in.dtype, full, where(site), measure_);
-  write_back(out, stage_out_);
+  const MessageShape shard{full.rows == 1 ? 1 : full.rows / size(),
+                           full.rows == 1 ? int64_t(in.numel) : full.cols};
+  CompressedCall call;
+  if (on_device(in, *codec) && out.device == in.device) {
+    observe_device(site, in, shard);
+    call = device_collectives_->all_gather(*codec, in.data, out.data, in.dtype, full, where(site),
+                                           measure_);
+  } else {
+    const void* src = host(in, stage_in_, true);
+    void* dst = host(out, stage_out_, false);
+    observe(site, src, in.dtype, shard);
+    call = collectives_.all_gather(*codec, src, dst, in.dtype, full, where(site), measure_);
+    write_back(out, stage_out_);
+  }
   record(site, CommOp::all_gather, out.bytes(), call, since(t0));
 }
 
@@ -186,10 +221,15 @@ void CompressedSiteComm::send(const Tensor& x, int peer, const char* site, int l
   if (!codec) return SiteComm::send(x, peer, site, layer);
   const auto t0 = Clock::now();
   const MessageShape shape = shape_of(x.numel, 0, site);
-  const void* data = host(x, stage_in_, true);
-  observe(site, data, x.dtype, shape);
-  const CompressedCall call =
-      collectives_.send(*codec, data, x.dtype, shape, peer, /*tag=*/0, measure_);
+  CompressedCall call;
+  if (on_device(x, *codec)) {
+    observe_device(site, x, shape);
+    call = device_collectives_->send(*codec, x.data, x.dtype, shape, peer, /*tag=*/0, measure_);
+  } else {
+    const void* data = host(x, stage_in_, true);
+    observe(site, data, x.dtype, shape);
+    call = collectives_.send(*codec, data, x.dtype, shape, peer, /*tag=*/0, measure_);
+  }
   record(site, CommOp::send, x.bytes(), call, since(t0));
 }
 
@@ -197,10 +237,15 @@ void CompressedSiteComm::recv(const Tensor& x, int peer, const char* site, int l
   const Codec* codec = codec_for(site, layer, x.bytes());
   if (!codec) return SiteComm::recv(x, peer, site, layer);
   const auto t0 = Clock::now();
-  void* data = host(x, stage_out_, false);
-  const CompressedCall call = collectives_.recv(*codec, data, x.dtype, shape_of(x.numel, 0, site),
-                                                peer, /*tag=*/0, where(site));
-  write_back(x, stage_out_);
+  const MessageShape shape = shape_of(x.numel, 0, site);
+  CompressedCall call;
+  if (on_device(x, *codec)) {
+    call = device_collectives_->recv(*codec, x.data, x.dtype, shape, peer, /*tag=*/0, where(site));
+  } else {
+    void* data = host(x, stage_out_, false);
+    call = collectives_.recv(*codec, data, x.dtype, shape, peer, /*tag=*/0, where(site));
+    write_back(x, stage_out_);
+  }
   record(site, CommOp::recv, x.bytes(), call, since(t0));
 }
 
@@ -225,15 +270,23 @@ void CompressedSiteComm::send_recv(const Tensor& out, int dst, const char* out_s
   }
   TACO_CHECK(out.dtype == in.dtype, "send_recv with two dtypes");
   const auto t0 = Clock::now();
-  const void* out_data = host(out, stage_in_, true);
-  void* in_data = host(in, stage_out_, false);
   const MessageShape out_shape = shape_of(out.numel, 0, out_site);
-  observe(out_site, out_data, out.dtype, out_shape);
-  const CompressedCall call = collectives_.send_recv(
-      {out_codec, const_cast<void*>(out_data), out_shape, where(out_site)}, dst,
-      {in_codec, in_data, shape_of(in.numel, 0, in_site), where(in_site)}, src, out.dtype,
-      /*tag=*/0, measure_);
-  write_back(in, stage_out_);
+  const MessageShape in_shape = shape_of(in.numel, 0, in_site);
+  CompressedCall call;
+  if (on_device(out, *out_codec) && on_device(in, *in_codec)) {
+    observe_device(out_site, out, out_shape);
+    call = device_collectives_->send_recv({out_codec, out.data, out_shape, where(out_site)}, dst,
+                                          {in_codec, in.data, in_shape, where(in_site)}, src,
+                                          out.dtype, /*tag=*/0, measure_);
+  } else {
+    const void* out_data = host(out, stage_in_, true);
+    void* in_data = host(in, stage_out_, false);
+    observe(out_site, out_data, out.dtype, out_shape);
+    call = collectives_.send_recv(
+        {out_codec, const_cast<void*>(out_data), out_shape, where(out_site)}, dst,
+        {in_codec, in_data, in_shape, where(in_site)}, src, out.dtype, /*tag=*/0, measure_);
+    write_back(in, stage_out_);
+  }
   const double seconds = since(t0);
   CompressedCall sent = call, received;
   sent.nonfinite_groups = 0;

@@ -9,8 +9,13 @@
 // Accounting per site (SiteCommStats): logical bytes, wire bytes (the encoded bytes this rank
 // sent), saved bytes (what the native collective would have sent, bytes_sent_estimate, minus
 // that), groups decoded as NaN, and, while measure_errors(true), the error of this rank's own
-// encode/decode round trip of every compressed message (no extra communication). Device tensors
-// are staged through host memory: the CPU codecs run there.
+// encode/decode round trip of every compressed message (no extra communication).
+//
+// Device tensors over a device communicator (NCCL, or MPI staged through the host) whose codec
+// has a device path go through DeviceCompressedCollectives (parallel/
+// device_compressed_collectives.h), pipelined in the policy's `chunks` pieces, on the default
+// stream; the same bytes and the same accounting. Otherwise (a plain host MPI communicator, a
+// CPU-only build) device tensors are staged through host memory and the CPU codecs run there.
 #pragma once
 
 #include <memory>
@@ -21,6 +26,7 @@
 #include "compression/codec.h"
 #include "compression/policy.h"
 #include "parallel/compressed_collectives.h"
+#include "parallel/device_compressed_collectives.h"
 #include "parallel/site_comm.h"
 
 namespace taco {
@@ -68,17 +74,22 @@ class CompressedSiteComm : public SiteComm {
  private:
   // The codec for a message of `bytes` at (site, layer), or nullptr for the native path.
   const Codec* codec_for(const char* site, int layer, size_t bytes);
+  // Whether a message in `t` with `codec` takes the device path; makes its collectives then.
+  bool on_device(const Tensor& t, const Codec& codec);
   // Host memory of a tensor: itself, or a copy of a device tensor in `stage` (copy = false
   // sizes it only); write_back copies a staged result to the device.
   void* host(const Tensor& t, std::vector<uint8_t>& stage, bool copy);
   void write_back(const Tensor& t, const std::vector<uint8_t>& stage);
   void observe(const char* site, const void* x, DType dtype, MessageShape shape);
+  // observe for a message in device memory: a host copy, only while calibration wants one.
+  void observe_device(const char* site, const Tensor& t, MessageShape shape);
   void record(const char* site, CommOp native, size_t logical, const CompressedCall& call,
               double seconds);
 
   const CompressionPolicy& policy_;
   SiteCalibration* calibration_;
   CompressedCollectives collectives_;
+  std::unique_ptr<DeviceCompressedCollectives> device_collectives_;  // made on first use
   std::vector<std::unique_ptr<Codec>> codecs_;  // one per distinct option set, built on first use
   std::vector<uint8_t> stage_in_, stage_out_;   // host copies of device tensors
   bool measure_ = false;

@@ -122,6 +122,9 @@ std::string config_to_yaml(const Config& c) {
   out += line("  ", "default", codec_items(c.compression.default_spec));
   out += "  min_bytes: " + std::to_string(c.compression.min_bytes) + "\n";
   out += "  calibrate_steps: " + std::to_string(c.compression.calibrate_steps) + "\n";
+  out += "  chunks: " +
+         (c.compression.chunks == 0 ? std::string("auto") : std::to_string(c.compression.chunks)) +
+         "\n";
   out += c.compression.rules.empty() ? "  rules: []\n" : "  rules:\n";
   for (const auto& rule : c.compression.rules) out += rule_text(rule);
   out += line("", "checkpoint", items(c.checkpoint, kCheckpointFields));

@@ -155,8 +155,23 @@ class Reader {
                  if (e.key == "default") codec_spec(e, &out->default_spec);
                  if (e.key == "min_bytes") read(e, {}, &out->min_bytes);
                  if (e.key == "calibrate_steps") read(e, {}, &out->calibrate_steps);
+                 if (e.key == "chunks") chunks(e, &out->chunks);
                  if (e.key == "rules") rules(e, &out->rules);
                });
+  }
+
+  // Pipeline pieces of a compressed collective: `auto` (0) or an integer >= 1.
+  void chunks(const Entry& e, int* out) const {
+    const std::string expected = "an integer >= 1 or auto";
+    const std::string text = present_scalar(e, expected);
+    if (text == "auto") {
+      *out = 0;
+      return;
+    }
+    const auto value = parse_number<int>(text);
+    if (!value || *value < 1)
+      fail(e, "'" + text + "' is not a number of pipeline pieces", expected);
+    *out = *value;
   }
 
   void codec_spec(const Entry& map, CodecSpec* out) const {

@@ -101,7 +101,7 @@ inline const std::vector<Field<CodecSpec>> kCodecFields = {
 inline const std::vector<std::string> kSections = {"run",  "model",       "parallel",   "train",
                                                    "data", "compression", "checkpoint", "log"};
 inline const std::vector<std::string> kCompressionKeys = {"default", "min_bytes", "calibrate_steps",
-                                                          "rules"};
+                                                          "chunks", "rules"};
 inline const std::vector<std::string> kCodecKeys = {"codec", "format", "group", "scales"};
 inline const std::vector<std::string> kRuleKeys = {"layers", "sites", "codec",
                                                    "format", "group", "scales"};

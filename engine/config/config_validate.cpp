@@ -117,6 +117,9 @@ class Validator {
     codec_spec("compression.default", s.default_spec);
     at_least("compression.min_bytes", s.min_bytes, 0);
     at_least("compression.calibrate_steps", s.calibrate_steps, 0);
+    if (s.chunks < 0)
+      fail("compression.chunks", std::to_string(s.chunks) + " is negative",
+           "an integer >= 1 or auto");
     for (size_t i = 0; i < s.rules.size(); ++i) {
       const CompressionRule& rule = s.rules[i];
       const std::string path = index_path("compression.rules", i);

@@ -23,7 +23,7 @@ TEST(BenchComm, ThreeRanksGiveEveryRowWithExactNativeResultsAndCodecErrors) {
                           " --oversubscribe --allow-run-as-root -np 3 -x OMP_NUM_THREADS=1 " +
                           test::binary_dir() +
                           "/taco-bench comm --min-bytes 96K --max-bytes 400K --factor 4 "
-                          "--iters 2 --warmup 1 --cols 128 --device cpu --json " +
+                          "--iters 2 --warmup 1 --cols 128 --device cpu --chunks 3 --json " +
                           dir + "/comm.json";
   const auto r = test::run_command("timeout 300 " + cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -35,6 +35,8 @@ TEST(BenchComm, ThreeRanksGiveEveryRowWithExactNativeResultsAndCodecErrors) {
     SCOPED_TRACE(rec);
     EXPECT_EQ(field(rec, "wrong"), 0);
     EXPECT_EQ(field(rec, "ranks"), 3);
+    // CPU ranks run the host codecs; --chunks applies to device buffers only.
+    EXPECT_NE(rec.find("\"chunks\": \"host\""), std::string::npos);
     const double size = field(rec, "size_bytes"), wire = field(rec, "wire_bytes");
     const double err = field(rec, "rel_err");
     if (rec.find("\"codec\": \"none\"") != std::string::npos) {

@@ -65,6 +65,7 @@ void expect_same_config(const Config& a, const Config& b) {
   expect_same_codec(a.compression.default_spec, b.compression.default_spec);
   EXPECT_EQ(a.compression.min_bytes, b.compression.min_bytes);
   EXPECT_EQ(a.compression.calibrate_steps, b.compression.calibrate_steps);
+  EXPECT_EQ(a.compression.chunks, b.compression.chunks);
   ASSERT_EQ(a.compression.rules.size(), b.compression.rules.size());
   for (size_t i = 0; i < a.compression.rules.size(); ++i) {
     EXPECT_EQ(a.compression.rules[i].layers, b.compression.rules[i].layers);
@@ -140,6 +141,20 @@ TEST(Config, RulesKeepTheirKeysAndLine) {
   EXPECT_EQ(r1.line, 6);
 }
 
+TEST(Config, CompressionChunksAreAutoOrAPieceCount) {
+  EXPECT_EQ(load_config_text(kModel, "m.yaml").compression.chunks, 0);  // auto by default
+  EXPECT_EQ(
+      load_config_text(with_model("compression: { chunks: auto }\n"), "a.yaml").compression.chunks,
+      0);
+  EXPECT_EQ(
+      load_config_text(with_model("compression: { chunks: 4 }\n"), "c.yaml").compression.chunks, 4);
+  EXPECT_EQ(load_config_text(kModel, "m.yaml", {"compression.chunks=3"}).compression.chunks, 3);
+  Config c;
+  c.compression.chunks = 4;
+  EXPECT_NE(taco::config_to_yaml(c).find("  chunks: 4\n"), std::string::npos);
+  EXPECT_NE(taco::config_to_yaml(Config{}).find("  chunks: auto\n"), std::string::npos);
+}
+
 // A valid config with every field away from its default, drawn fresh each run.
 Config random_config(uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -168,6 +183,7 @@ Config random_config(uint64_t seed) {
   c.compression.default_spec = {"fp8_block", "e5m2", 64, "single"};
   c.compression.min_bytes = 1 << 20;
   c.compression.calibrate_steps = 7;
+  c.compression.chunks = static_cast<int>(rng() % 9);  // 0 = auto
   taco::CompressionRule rule;
   rule.layers = "0,2-3";
   rule.sites = {"attn.out.fwd", "mlp.out.fwd", "attn.in.bwd", "mlp.in.bwd",
@@ -445,6 +461,14 @@ const std::vector<BadInput> kBadInputs = {
   {"LayerBeyondModel", with_model("compression:\n  rules:\n    - { layers: \"0,2-4\" }\n"), {},
    "bad.yaml:4: ", {"compression.rules[0].layers: \"0,2-4\" names layer 4 but model.n_layer = 4",
                     "of layers 0..3"}},
+  {"ChunksZero", with_model("compression: { chunks: 0 }\n"), {}, "bad.yaml:2: ",
+   {"compression.chunks: '0' is not a number of pipeline pieces",
+    "expected an integer >= 1 or auto"}},
+  {"ChunksWord", with_model("compression:\n  chunks: many\n"), {}, "bad.yaml:3: ",
+   {"compression.chunks: 'many' is not a number of pipeline pieces",
+    "expected an integer >= 1 or auto"}},
+  {"ChunksOverride", kModel, {"compression.chunks=-2"}, "bad.yaml: --set compression.chunks: ",
+   {"compression.chunks: '-2' is not a number of pipeline pieces"}},
   {"RulesNotAList", with_model("compression: { rules: { codec: taco } }\n"), {}, "bad.yaml:2: ",
    {"compression.rules: got a map", "expected a list of rules"}},
   {"YamlSyntax", with_model("data: { train: \"x\" ] }\n"), {}, "bad.yaml:2: ",

@@ -110,6 +110,13 @@ TEST(Policy, MessagesBelowMinBytesGoUncompressed) {
   EXPECT_EQ(p.min_bytes(), 65536);
 }
 
+TEST(Policy, KeepsTheConfiguredPipelineChunks) {
+  CompressionSection c;
+  EXPECT_EQ(CompressionPolicy(c, 1).chunks(), 0);  // auto
+  c.chunks = 3;
+  EXPECT_EQ(CompressionPolicy(c, 1).chunks(), 3);
+}
+
 TEST(Policy, Fp8BlockIgnoresTheDualScaleDefault) {
   // CodecSpec defaults to scales: dual, which only TACO has; fp8_block keeps its one scale.
   CompressionSection c;
@@ -130,6 +137,8 @@ TEST(Policy, RejectsBadRulesWithOneLineNamingFileLineAndKey) {
   };
   CompressionSection negative;
   negative.min_bytes = -1;
+  CompressionSection negative_chunks;
+  negative_chunks.chunks = -1;
   CompressionSection auto_without_steps = with_rule(rule("all", {}, spec("taco", 0), 9));
   CompressionSection bad_default;
   bad_default.default_spec = spec("taco", 128, "triple");
@@ -154,6 +163,7 @@ TEST(Policy, RejectsBadRulesWithOneLineNamingFileLineAndKey) {
        "exp.yaml: compression.default: scales: unknown scale mode 'triple'; use dual, single or "
        "e8m0"},
       {negative, "exp.yaml: compression.min_bytes: -1 is negative"},
+      {negative_chunks, "exp.yaml: compression.chunks: -1 is negative"},
       {auto_without_steps, "exp.yaml: compression.calibrate_steps: a rule uses group: auto"},
   };
   for (const Case& c : cases) {

@@ -17,7 +17,8 @@ int step(const std::vector<std::string>& args);
 
 // taco-bench comm (under mpirun, any number of ranks) [--ops LIST] [--codecs LIST]
 //                 [--min-bytes S] [--max-bytes S] [--factor F] [--iters N] [--warmup N]
-//                 [--cols C] [--device auto|cpu|cuda] [--backend auto|nccl|mpi] [--json FILE]
+//                 [--cols C] [--device auto|cpu|cuda] [--backend auto|nccl|mpi]
+//                 [--chunks auto|N] [--json FILE]
 int comm(const std::vector<std::string>& args);
 
 }  // namespace taco::bench

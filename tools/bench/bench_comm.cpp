@@ -5,12 +5,14 @@
 //   mpirun -np 8 build/taco-bench comm [--ops all_reduce,reduce_scatter,all_gather]
 //       [--codecs none,taco,fp8_block] [--min-bytes 1M] [--max-bytes 1G] [--factor 4]
 //       [--iters 20] [--warmup 5] [--cols 1024] [--device auto|cpu|cuda]
-//       [--backend auto|nccl|mpi] [--json FILE]
+//       [--backend auto|nccl|mpi] [--chunks auto|N] [--json FILE]
 //
 // Messages are [rows, cols] with cols = hidden size; size counts them as bf16 (2 bytes per
 // element), as the trainer's tensor-parallel traffic is, also on the CPU where the data is fp32.
 // The calls go through CompressedSiteComm, the trainer's door, at the site attn.out.fwd with the
-// codec as default; `none` is the backend's native collective (NCCL's where it runs).
+// codec as default; `none` is the backend's native collective (NCCL's where it runs). On a GPU
+// the buffers live on the device and the codec rows run DeviceCompressedCollectives (device
+// codecs, pipelined in --chunks pieces: compression.chunks); on the CPU the host codecs.
 // time: mean per call, the slowest rank's; algbw = size / time; busbw = algbw * 2(p-1)/p for
 // all_reduce, (p-1)/p for the others (nccl-tests' factors). #wrong: elements that differ from
 // the native collective's result (none: bit for bit; codecs: non-finite ones); error: relative
@@ -47,6 +49,7 @@ struct Args {
   int64_t min_bytes = int64_t(1) << 20, max_bytes = int64_t(1) << 30;
   int factor = 4, iters = 20, warmup = 5, cols = 1024;
   std::string device = "auto", backend = "auto", json;
+  std::string chunks = "auto";  // compression.chunks: auto or a piece count
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -129,6 +132,9 @@ Args parse_args(const std::vector<std::string>& a) {
       r.backend = value();
       if (r.backend != "auto" && r.backend != "nccl" && r.backend != "mpi")
         throw UserError("--backend: '" + r.backend + "' is not auto, nccl or mpi");
+    } else if (k == "--chunks") {
+      r.chunks = value();
+      if (r.chunks != "auto") r.chunks = std::to_string(parse_int(k, r.chunks, 1));
     } else if (k == "--json") {
       r.json = value();
     } else {
@@ -139,11 +145,12 @@ Args parse_args(const std::vector<std::string>& a) {
   return r;
 }
 
-// The codec `name` as the default of a policy that compresses every message.
-CompressionPolicy policy_for(const std::string& name) {
-  const Config cfg =
-      load_config_text(kDefaultConfigYaml, "taco-bench comm --codecs",
-                       {"compression.default={codec: " + name + "}", "compression.min_bytes=0"});
+// The codec `name` as the default of a policy that compresses every message, in `chunks`
+// pipeline pieces on the device.
+CompressionPolicy policy_for(const std::string& name, const std::string& chunks) {
+  const Config cfg = load_config_text(kDefaultConfigYaml, "taco-bench comm --codecs",
+                                      {"compression.default={codec: " + name + "}",
+                                       "compression.min_bytes=0", "compression.chunks=" + chunks});
   return CompressionPolicy(cfg.compression, cfg.model.n_layer, "taco-bench comm");
 }
 
@@ -193,6 +200,11 @@ int comm(const std::vector<std::string>& args) {
         gpu ? "cuda" : "cpu", dtype_name(dtype), comm.backend(), a.cols, a.iters, a.warmup);
     std::printf(
         "# size counts bf16 elements; busbw factor 2(p-1)/p (all_reduce), (p-1)/p (others)\n");
+    if (gpu)
+      std::printf("# codecs: device buffers, device codecs, pipeline chunks %s\n",
+                  a.chunks.c_str());
+    else
+      std::printf("# codecs: host buffers, host codecs\n");
     std::printf("%-14s %-10s %12s %12s %10s %9s %9s %7s %12s %10s\n", "op", "codec", "size(B)",
                 "count", "time(us)", "algbw", "busbw", "#wrong", "wire(B)", "error");
     std::printf("%-14s %-10s %12s %12s %10s %9s %9s %7s %12s %10s\n", "", "", "", "(elements)", "",
@@ -252,7 +264,7 @@ int comm(const std::vector<std::string>& args) {
       const std::vector<float> expected = download(out, out_n);
 
       for (const std::string& codec : a.codecs) {
-        const CompressionPolicy policy = policy_for(codec);
+        const CompressionPolicy policy = policy_for(codec, a.chunks);
         CompressedSiteComm door(comm, policy);
         door.measure_errors(false);
         const Tensor xin = x.slice(0, n);
@@ -326,6 +338,7 @@ int comm(const std::vector<std::string>& args) {
                   .add("ranks", (long long)p)
                   .add("device", std::string(gpu ? "cuda" : "cpu"))
                   .add("backend", std::string(comm.backend()))
+                  .add("chunks", gpu ? a.chunks : std::string("host"))
                   .add("size_bytes", (long long)r.bytes)
                   .add("count", (long long)r.count)
                   .add("time_us", r.us)

@@ -25,10 +25,12 @@ constexpr Subcommand kSubcommands[] = {
     {"comm", taco::bench::comm,
      "comm [--ops all_reduce,reduce_scatter,all_gather] [--codecs none,taco,fp8_block]\n"
      "      [--min-bytes 1M] [--max-bytes 1G] [--factor 4] [--iters 20] [--warmup 5]\n"
-     "      [--cols 1024] [--device auto|cpu|cuda] [--backend auto|nccl|mpi] [--json FILE]\n"
+     "      [--cols 1024] [--device auto|cpu|cuda] [--backend auto|nccl|mpi] [--chunks auto|N]\n"
+     "      [--json FILE]\n"
      "      under mpirun, any number of ranks: nccl-tests columns (size, count, time, algbw,\n"
      "      busbw, #wrong) for the native collective (none) and each codec, plus wire bytes\n"
-     "      per rank and relative error against the native result"},
+     "      per rank and relative error against the native result; on a GPU the codecs run on\n"
+     "      device buffers, pipelined in --chunks pieces (compression.chunks)"},
     {"step", taco::bench::step,
      "step [--model 124m|350m|1.3b] [--steps N] [--warmup N] [--batch B] [--per-kernel]\n"
      "      [--reps N] [--check] [--torch] [--torch-script PATH] [--seed S] [--json FILE]\n"

@@ -1,0 +1,571 @@
+#include "parallel/device_compressed_collectives.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "kernels/check.h"
+
+#if TACO_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "engine/runtime/cuda_check.h"
+#include "kernels/adamw.h"  // cuda::convert_f32_to_bf16
+#include "parallel/device_pipeline.h"
+#endif
+
+namespace taco {
+
+// --- the pipeline layout -------------------------------------------------------------------
+
+int DeviceCompressedCollectives::auto_pieces(size_t logical_bytes) {
+  if (logical_bytes < 2 * kAutoPieceBytes) return 1;
+  return int(std::min<size_t>(size_t(kMaxAutoPieces), logical_bytes / kAutoPieceBytes));
+}
+
+int DeviceCompressedCollectives::resolve_pieces(int pieces, size_t logical_bytes) {
+  TACO_CHECK(pieces >= 0, "pipeline pieces " + std::to_string(pieces) + " is negative");
+  return pieces == kAutoPieces ? auto_pieces(logical_bytes) : pieces;
+}
+
+std::vector<int64_t> DeviceCompressedCollectives::piece_bounds(int64_t units, int pieces,
+                                                               int64_t align) {
+  TACO_CHECK(units >= 0 && pieces >= 1 && align >= 1, "piece_bounds(" + std::to_string(units) +
+                                                          ", " + std::to_string(pieces) + ", " +
+                                                          std::to_string(align) + ")");
+  const int64_t blocks = (units + align - 1) / align;
+  const int k = int(std::max<int64_t>(1, std::min<int64_t>(pieces, blocks)));
+  std::vector<int64_t> bounds(size_t(k) + 1);
+  for (int j = 0; j <= k; ++j) {
+    bounds[size_t(j)] = std::min(units, CompressedCollectives::chunk_begin(blocks, k, j) * align);
+  }
+  return bounds;
+}
+
+std::vector<DeviceCompressedCollectives::Piece> DeviceCompressedCollectives::split_pieces(
+    MessageShape full, int shards, int pieces) {
+  const bool flat = full.rows == 1;
+  const int64_t units = flat ? full.cols : full.rows;
+  TACO_CHECK(
+      shards >= 1 && units % shards == 0,
+      "split_pieces: " + std::to_string(units) + " units in " + std::to_string(shards) + " shards");
+  const std::vector<int64_t> b = piece_bounds(units / shards, pieces, flat ? kFlatPieceAlign : 1);
+  std::vector<Piece> out;
+  for (size_t j = 0; j + 1 < b.size(); ++j) {
+    Piece piece;
+    piece.begin = b[j];
+    piece.count = b[j + 1] - b[j];
+    piece.shape = flat ? MessageShape{1, piece.count * shards}
+                       : MessageShape{piece.count * shards, full.cols};
+    out.push_back(piece);
+  }
+  return out;
+}
+
+DeviceCompressedCollectives::DeviceCompressedCollectives(Communicator& comm, int pieces)
+    : comm_(comm), pieces_(pieces) {
+  set_pieces(pieces);
+}
+
+void DeviceCompressedCollectives::set_pieces(int pieces) {
+  TACO_CHECK(pieces >= 0, "pipeline pieces " + std::to_string(pieces) + " is negative");
+  pieces_ = pieces;
+}
+
+#if TACO_HAVE_CUDA
+
+namespace {
+
+using Chunks = CompressedCollectives::Chunks;
+using Stage = DevicePipeline::Stage;
+
+static_assert(kWireAlign % 16 == 0, "device wire slots must stay 16-byte aligned");
+
+const uint8_t* element(const void* base, int64_t offset, DType dtype) {
+  return static_cast<const uint8_t*>(base) + size_t(offset) * dtype_size(dtype);
+}
+uint8_t* element(void* base, int64_t offset, DType dtype) {
+  return static_cast<uint8_t*>(base) + size_t(offset) * dtype_size(dtype);
+}
+
+int64_t count_nonfinite(const std::vector<uint8_t>& x, DType dtype) {
+  int64_t n = 0;
+  const size_t count = x.size() / dtype_size(dtype);
+  for (size_t i = 0; i < count; ++i) {
+    float v;
+    if (dtype == DType::f32) {
+      std::memcpy(&v, x.data() + 4 * i, 4);
+    } else {
+      bf16 h;
+      std::memcpy(&h, x.data() + 2 * i, 2);
+      v = bf16_to_float(h);
+    }
+    n += std::isfinite(v) ? 0 : 1;
+  }
+  return n;
+}
+
+// One piece of a call: its chunks (offsets in elements of the full message), the size of their
+// slots and where its slots start in the wire buffers.
+struct PiecePlan {
+  DeviceCompressedCollectives::Piece piece;
+  Chunks chunks;
+  size_t slot = 0, at = 0;    // shot one (or the only exchange)
+  size_t slot2 = 0, at2 = 0;  // all_reduce shot two
+};
+
+}  // namespace
+
+DeviceCompressedCollectives::~DeviceCompressedCollectives() = default;
+
+DevicePipeline& DeviceCompressedCollectives::begin(Stream stream, size_t status_words) {
+  if (!device_) device_ = std::make_unique<DevicePipeline>(comm_);
+  device_->begin(stream, status_words);
+  return *device_;
+}
+
+namespace {
+
+// Encodes one message into a slot of `slot` bytes and zeroes the rest of the slot.
+void encode_into_slot(const Codec& codec, const void* x, DType dtype, MessageShape shape,
+                      uint8_t* out, size_t slot, cudaStream_t stream, int64_t* nan_groups) {
+  codec.encode_async(x, dtype, shape, out, stream, nan_groups);
+  const size_t bytes = codec.max_encoded_size(shape, dtype);
+  if (slot > bytes) TACO_CHECK_CUDA(cudaMemsetAsync(out + bytes, 0, slot - bytes, stream));
+}
+
+// Every chunk of a piece of `x` into its slot of `buf`.
+void encode_chunks(const Codec& codec, const void* x, DType dtype, const PiecePlan& plan,
+                   uint8_t* buf, cudaStream_t stream, int64_t* nan_groups) {
+  for (size_t c = 0; c < plan.chunks.shape.size(); ++c) {
+    encode_into_slot(codec, element(x, plan.chunks.offset[c], dtype), dtype, plan.chunks.shape[c],
+                     buf + c * plan.slot, plan.slot, stream, nan_groups);
+  }
+}
+
+// Decodes the chunks of a piece from their slots (`slot` bytes apart, each of its exact encoded
+// size for `in_dtype`) into `out`, one status word each.
+void decode_chunks(DevicePipeline& d, const Codec& codec, const PiecePlan& plan, const uint8_t* buf,
+                   size_t slot, DType in_dtype, void* out, DType out_dtype,
+                   const WireContext& where, cudaStream_t s) {
+  for (size_t c = 0; c < plan.chunks.shape.size(); ++c) {
+    const MessageShape cs = plan.chunks.shape[c];
+    const size_t n = codec.max_encoded_size(cs, in_dtype);
+    const uint8_t* msg = buf + c * slot;
+    uint32_t* status = d.status_for({&codec, msg, 0, 1, n, cs, where});
+    codec.decode_async(msg, n, cs, element(out, plan.chunks.offset[c], out_dtype), out_dtype, false,
+                       s, status, d.decoded_nan());
+  }
+}
+
+// A call's pieces, and the bytes of its wire buffers.
+struct Plans {
+  std::vector<PiecePlan> pieces;
+  size_t wire = 0, wire2 = 0;
+  int64_t largest_mine = 0;  // elements of this rank's largest chunk
+};
+
+// The pieces of `full` (split_pieces with `shards`), each cut into `parts` chunks as
+// CompressedCollectives cuts a message: with one shard (all_reduce; p2p with one part) chunk c
+// is chunk c of the piece's block; with `parts` shards (reduce_scatter, all_gather) chunk c is
+// rank c's block, rows [begin, begin + count) of shard c. Slots hold chunks of `dtype`, and
+// with `shot_two` slot2 their fp32 sums.
+Plans plan_pieces(const Codec& codec, MessageShape full, int shards, int parts, int me, int pieces,
+                  DType dtype, bool shot_two) {
+  Plans out;
+  const int64_t unit = full.rows == 1 ? 1 : full.cols, shard = full.count() / shards;
+  const size_t bytes = size_t(full.count()) * dtype_size(dtype);
+  const int k = DeviceCompressedCollectives::resolve_pieces(pieces, bytes);
+  for (const auto& piece : DeviceCompressedCollectives::split_pieces(full, shards, k)) {
+    PiecePlan plan;
+    plan.piece = piece;
+    plan.chunks = CompressedCollectives::split(piece.shape, parts);
+    for (int c = 0; c < parts; ++c) {
+      int64_t& offset = plan.chunks.offset[size_t(c)];
+      if (shards == 1) {
+        offset += piece.begin * unit;
+      } else {
+        TACO_CHECK(plan.chunks.shape[size_t(c)].count() == piece.count * unit,
+                   "chunk " + std::to_string(c) + " of a piece is not rank " + std::to_string(c) +
+                       "'s block");
+        offset = c * shard + piece.begin * unit;
+      }
+    }
+    plan.slot = CompressedCollectives::slot_size(codec, plan.chunks, dtype);
+    plan.at = out.wire;
+    out.wire += size_t(parts) * plan.slot;
+    if (shot_two) {
+      plan.slot2 = CompressedCollectives::slot_size(codec, plan.chunks, DType::f32);
+      plan.at2 = out.wire2;
+      out.wire2 += size_t(parts) * plan.slot2;
+    }
+    out.largest_mine = std::max(out.largest_mine, plan.chunks.shape[size_t(me)].count());
+    out.pieces.push_back(plan);
+  }
+  return out;
+}
+
+// With `measure`: decodes this rank's own encodings (a host copy `wire` of the send buffer
+// laid out as `plans`) and adds their error against the host copy of the input, chunk by
+// chunk as the host path does; counts the input's NaN/Inf.
+void self_check(const Codec& codec, const std::vector<uint8_t>& input, DType dtype,
+                const std::vector<uint8_t>& wire, const Plans& plans, CompressedCall& call) {
+  std::vector<float> check;
+  for (const PiecePlan& plan : plans.pieces) {
+    for (size_t c = 0; c < plan.chunks.shape.size(); ++c) {
+      const MessageShape s = plan.chunks.shape[c];
+      if (s.count() == 0) continue;
+      check.resize(size_t(s.count()));
+      codec.decode(wire.data() + plan.at + c * plan.slot, codec.max_encoded_size(s, dtype), s,
+                   check.data(), WireContext{"self-check", -1});
+      CompressedCollectives::add_error(input.data(), dtype, plan.chunks.offset[c], check.data(),
+                                       s.count(), call);
+    }
+  }
+  call.nonfinite_values = count_nonfinite(input, dtype);
+}
+
+}  // namespace
+
+CompressedCall DeviceCompressedCollectives::all_reduce(const Codec& codec, void* x, DType dtype,
+                                                       MessageShape shape, const WireContext& where,
+                                                       bool measure, Stream stream) {
+  CompressedCollectives::check_dtype(dtype);
+  const int p = comm_.size(), me = comm_.rank();
+  const Plans plans = plan_pieces(codec, shape, 1, p, me, pieces_, dtype, /*shot_two=*/true);
+  const int pieces = int(plans.pieces.size());
+  // Status words: one decode-sum-encode and p decodes per piece.
+  DevicePipeline& d = begin(stream, size_t(pieces) * size_t(p + 1));
+  const size_t bytes = size_t(shape.count()) * dtype_size(dtype);
+  const std::vector<uint8_t> input =
+      measure ? download_from_device(x, bytes, stream) : std::vector<uint8_t>();
+  uint8_t* send = d.send.get(plans.wire);
+  uint8_t* recv = d.recv.get(plans.wire);
+  uint8_t* gather = d.gather.get(plans.wire2);
+  float* sum = reinterpret_cast<float*>(d.scratch.get(size_t(plans.largest_mine) * sizeof(float)));
+  auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
+
+  const Stage encode{false, [&](int j, cudaStream_t s) {
+                       encode_chunks(codec, x, dtype, plan(j), send + plan(j).at, s,
+                                     d.encoded_nan());
+                     }};
+  // Shot one: chunk c of every rank goes to rank c.
+  const Stage all_to_all{true, [&](int j, cudaStream_t s) {
+                           const PiecePlan& pl = plan(j);
+                           comm_.all_to_all(send + pl.at, recv + pl.at, pl.slot, DType::u8, s);
+                         }};
+  // Which sums them in fp32 in rank order and encodes the sum once, into its slot of shot two.
+  const Stage reduce{
+      false, [&](int j, cudaStream_t s) {
+        const PiecePlan& pl = plan(j);
+        const MessageShape mine = pl.chunks.shape[size_t(me)];
+        const size_t in_bytes = codec.max_encoded_size(mine, dtype);
+        uint8_t* own = gather + pl.at2 + size_t(me) * pl.slot2;
+        uint32_t* status = d.status_for({&codec, recv + pl.at, pl.slot, p, in_bytes, mine, where});
+        codec.decode_sum_encode_async(recv + pl.at, pl.slot, p, in_bytes, mine, own, sum, s, status,
+                                      nullptr);
+        const size_t out_bytes = codec.max_encoded_size(mine, DType::f32);
+        if (pl.slot2 > out_bytes)
+          TACO_CHECK_CUDA(cudaMemsetAsync(own + out_bytes, 0, pl.slot2 - out_bytes, s));
+      }};
+  // Shot two: every reduced chunk to everyone.
+  const Stage all_gather{true, [&](int j, cudaStream_t s) {
+                           const PiecePlan& pl = plan(j);
+                           comm_.all_gather(gather + pl.at2 + size_t(me) * pl.slot2,
+                                            gather + pl.at2, pl.slot2, DType::u8, s);
+                         }};
+  // The owner too takes its chunk from the decoded bytes, so every rank holds the same values.
+  const Stage decode{false, [&](int j, cudaStream_t s) {
+                       decode_chunks(d, codec, plan(j), gather + plan(j).at2, plan(j).slot2,
+                                     DType::f32, x, dtype, where, s);
+                     }};
+  d.run(pieces, {encode, all_to_all, reduce, all_gather, decode});
+  const DevicePipeline::Counters counted = d.finish();
+
+  CompressedCall call;
+  call.nonfinite_groups = counted.decoded_nan_groups;  // counted on the result only
+  for (const PiecePlan& pl : plans.pieces) call.wire_bytes += size_t(p - 1) * (pl.slot + pl.slot2);
+  if (measure)
+    self_check(codec, input, dtype, download_from_device(send, plans.wire, d.stream()), plans,
+               call);
+  return call;
+}
+
+CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec& codec, const void* in,
+                                                           void* out, DType dtype,
+                                                           MessageShape full,
+                                                           const WireContext& where, bool measure,
+                                                           Stream stream) {
+  CompressedCollectives::check_dtype(dtype);
+  const int p = comm_.size(), me = comm_.rank();
+  CompressedCollectives::require_even_rows(full, p, "reduce-scatter", where);
+  const int64_t unit = full.rows == 1 ? 1 : full.cols;  // elements per row of a piece
+  const Plans plans = plan_pieces(codec, full, p, p, me, pieces_, dtype, /*shot_two=*/false);
+  const int pieces = int(plans.pieces.size());
+  DevicePipeline& d = begin(stream, size_t(pieces) * size_t(p));
+  const size_t bytes = size_t(full.count()) * dtype_size(dtype);
+  const std::vector<uint8_t> input =
+      measure ? download_from_device(in, bytes, stream) : std::vector<uint8_t>();
+  uint8_t* send = d.send.get(plans.wire);
+  uint8_t* recv = d.recv.get(plans.wire);
+  float* staging =
+      dtype == DType::bf16
+          ? reinterpret_cast<float*>(d.scratch.get(size_t(plans.largest_mine) * sizeof(float)))
+          : nullptr;
+  auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
+
+  const Stage encode{false, [&](int j, cudaStream_t s) {
+                       encode_chunks(codec, in, dtype, plan(j), send + plan(j).at, s,
+                                     d.encoded_nan());
+                     }};
+  const Stage all_to_all{true, [&](int j, cudaStream_t s) {
+                           const PiecePlan& pl = plan(j);
+                           comm_.all_to_all(send + pl.at, recv + pl.at, pl.slot, DType::u8, s);
+                         }};
+  // The p decoded copies of this rank's block summed in fp32 in rank order, straight into an
+  // fp32 output; a bf16 output is rounded once from the fp32 sum.
+  const Stage reduce{
+      false, [&](int j, cudaStream_t s) {
+        const PiecePlan& pl = plan(j);
+        const MessageShape mine = pl.chunks.shape[size_t(me)];
+        const size_t n = size_t(mine.count()), in_bytes = codec.max_encoded_size(mine, dtype);
+        uint8_t* dst = element(out, pl.piece.begin * unit, dtype);
+        float* acc = staging ? staging : reinterpret_cast<float*>(dst);
+        TACO_CHECK_CUDA(cudaMemsetAsync(acc, 0, n * sizeof(float), s));
+        for (int r = 0; r < p; ++r) {
+          const uint8_t* msg = recv + pl.at + size_t(r) * pl.slot;
+          uint32_t* status = d.status_for({&codec, msg, 0, 1, in_bytes, mine, where});
+          codec.decode_async(msg, in_bytes, mine, acc, DType::f32, true, s, status,
+                             d.decoded_nan());
+        }
+        if (staging && n > 0) cuda::convert_f32_to_bf16(reinterpret_cast<bf16*>(dst), acc, n, s);
+      }};
+  d.run(pieces, {encode, all_to_all, reduce});
+  const DevicePipeline::Counters counted = d.finish();
+
+  CompressedCall call;
+  call.nonfinite_groups = counted.decoded_nan_groups;
+  for (const PiecePlan& pl : plans.pieces) call.wire_bytes += size_t(p - 1) * pl.slot;
+  if (measure)
+    self_check(codec, input, dtype, download_from_device(send, plans.wire, d.stream()), plans,
+               call);
+  return call;
+}
+
+CompressedCall DeviceCompressedCollectives::all_gather(const Codec& codec, const void* in,
+                                                       void* out, DType dtype, MessageShape full,
+                                                       const WireContext& where, bool measure,
+                                                       Stream stream) {
+  CompressedCollectives::check_dtype(dtype);
+  const int p = comm_.size(), me = comm_.rank();
+  CompressedCollectives::require_even_rows(full, p, "all-gather", where);
+  const int64_t unit = full.rows == 1 ? 1 : full.cols;
+  const Plans plans = plan_pieces(codec, full, p, p, me, pieces_, dtype, /*shot_two=*/false);
+  const int pieces = int(plans.pieces.size());
+  DevicePipeline& d = begin(stream, size_t(pieces) * size_t(p));
+  const int64_t shard = full.count() / p;
+  const size_t shard_bytes = size_t(shard) * dtype_size(dtype);
+  const std::vector<uint8_t> input =
+      measure ? download_from_device(in, shard_bytes, stream) : std::vector<uint8_t>();
+  uint8_t* gather = d.gather.get(plans.wire);
+  auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
+
+  // This rank's block of the piece is rows [begin, begin + count) of its shard `in`.
+  const Stage encode{false, [&](int j, cudaStream_t s) {
+                       const PiecePlan& pl = plan(j);
+                       encode_into_slot(codec, element(in, pl.piece.begin * unit, dtype), dtype,
+                                        pl.chunks.shape[size_t(me)],
+                                        gather + pl.at + size_t(me) * pl.slot, pl.slot, s,
+                                        d.encoded_nan());
+                     }};
+  const Stage exchange{true, [&](int j, cudaStream_t s) {
+                         const PiecePlan& pl = plan(j);
+                         comm_.all_gather(gather + pl.at + size_t(me) * pl.slot, gather + pl.at,
+                                          pl.slot, DType::u8, s);
+                       }};
+  const Stage decode{false, [&](int j, cudaStream_t s) {
+                       decode_chunks(d, codec, plan(j), gather + plan(j).at, plan(j).slot, dtype,
+                                     out, dtype, where, s);
+                     }};
+  d.run(pieces, {encode, exchange, decode});
+  const DevicePipeline::Counters counted = d.finish();
+
+  CompressedCall call;
+  call.nonfinite_groups = counted.decoded_nan_groups;
+  for (const PiecePlan& pl : plans.pieces) call.wire_bytes += size_t(p - 1) * pl.slot;
+  if (measure && shard > 0) {
+    // This rank's shard as everyone decoded it.
+    const std::vector<uint8_t> mine =
+        download_from_device(element(out, me * shard, dtype), shard_bytes, d.stream());
+    std::vector<float> decoded(static_cast<size_t>(shard));
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      if (dtype == DType::f32) {
+        std::memcpy(&decoded[i], mine.data() + 4 * i, 4);
+      } else {
+        bf16 h;
+        std::memcpy(&h, mine.data() + 2 * i, 2);
+        decoded[i] = bf16_to_float(h);
+      }
+    }
+    CompressedCollectives::add_error(input.data(), dtype, 0, decoded.data(), shard, call);
+    call.nonfinite_values = count_nonfinite(input, dtype);
+  }
+  return call;
+}
+
+// Point to point: each piece is one message (a plan of one part), sent in a slot of exactly its
+// encoded size.
+CompressedCall DeviceCompressedCollectives::send(const Codec& codec, const void* x, DType dtype,
+                                                 MessageShape shape, int peer, int tag,
+                                                 bool measure, Stream stream) {
+  CompressedCollectives::check_dtype(dtype);
+  const Plans plans = plan_pieces(codec, shape, 1, 1, 0, pieces_, dtype, false);
+  DevicePipeline& d = begin(stream, 0);
+  const std::vector<uint8_t> input =
+      measure ? download_from_device(x, size_t(shape.count()) * dtype_size(dtype), stream)
+              : std::vector<uint8_t>();
+  uint8_t* buf = d.send.get(plans.wire);
+  auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
+  const Stage encode{false, [&](int j, cudaStream_t s) {
+                       encode_chunks(codec, x, dtype, plan(j), buf + plan(j).at, s,
+                                     d.encoded_nan());
+                     }};
+  const Stage transfer{true, [&](int j, cudaStream_t s) {
+                         comm_.send(buf + plan(j).at, plan(j).slot, DType::u8, peer, tag, s);
+                       }};
+  d.run(int(plans.pieces.size()), {encode, transfer});
+  const DevicePipeline::Counters counted = d.finish();
+
+  CompressedCall call;
+  call.nonfinite_groups = counted.encoded_nan_groups;  // the groups it sent as NaN
+  call.wire_bytes = plans.wire;
+  if (measure)
+    self_check(codec, input, dtype, download_from_device(buf, plans.wire, d.stream()), plans, call);
+  return call;
+}
+
+CompressedCall DeviceCompressedCollectives::recv(const Codec& codec, void* x, DType dtype,
+                                                 MessageShape shape, int peer, int tag,
+                                                 const WireContext& where, Stream stream) {
+  CompressedCollectives::check_dtype(dtype);
+  const Plans plans = plan_pieces(codec, shape, 1, 1, 0, pieces_, dtype, false);
+  DevicePipeline& d = begin(stream, plans.pieces.size());
+  uint8_t* buf = d.recv.get(plans.wire);
+  auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
+  const Stage transfer{true, [&](int j, cudaStream_t s) {
+                         comm_.recv(buf + plan(j).at, plan(j).slot, DType::u8, peer, tag, s);
+                       }};
+  const Stage decode{false, [&](int j, cudaStream_t s) {
+                       decode_chunks(d, codec, plan(j), buf + plan(j).at, plan(j).slot, dtype, x,
+                                     dtype, where, s);
+                     }};
+  d.run(int(plans.pieces.size()), {transfer, decode});
+  CompressedCall call;
+  call.nonfinite_groups = d.finish().decoded_nan_groups;
+  return call;
+}
+
+CompressedCall DeviceCompressedCollectives::send_recv(const Side& out, int dst, const Side& in,
+                                                      int src, DType dtype, int tag, bool measure,
+                                                      Stream stream) {
+  CompressedCollectives::check_dtype(dtype);
+  const Plans outs = plan_pieces(*out.codec, out.shape, 1, 1, 0, pieces_, dtype, false);
+  const Plans ins = plan_pieces(*in.codec, in.shape, 1, 1, 0, pieces_, dtype, false);
+  // Both sides exchange max(pieces out, pieces in) times; a side that has run out of pieces
+  // sends or receives nothing (count 0), and its peer, whose counts are the same mirrored, does
+  // likewise.
+  const size_t n_out = outs.pieces.size(), n_in = ins.pieces.size();
+  DevicePipeline& d = begin(stream, n_in);
+  const std::vector<uint8_t> input =
+      measure
+          ? download_from_device(out.data, size_t(out.shape.count()) * dtype_size(dtype), stream)
+          : std::vector<uint8_t>();
+  uint8_t* send_buf = d.send.get(outs.wire);
+  uint8_t* recv_buf = d.recv.get(ins.wire);
+  const Stage encode{false, [&](int j, cudaStream_t s) {
+                       if (size_t(j) >= n_out) return;
+                       const PiecePlan& pl = outs.pieces[size_t(j)];
+                       encode_chunks(*out.codec, out.data, dtype, pl, send_buf + pl.at, s,
+                                     d.encoded_nan());
+                     }};
+  const Stage exchange{true, [&](int j, cudaStream_t s) {
+                         const bool sends = size_t(j) < n_out, receives = size_t(j) < n_in;
+                         const PiecePlan* o = sends ? &outs.pieces[size_t(j)] : nullptr;
+                         const PiecePlan* i = receives ? &ins.pieces[size_t(j)] : nullptr;
+                         comm_.send_recv(o ? send_buf + o->at : nullptr, o ? o->slot : 0, dst,
+                                         i ? recv_buf + i->at : nullptr, i ? i->slot : 0, src,
+                                         DType::u8, tag, s);
+                       }};
+  const Stage decode{false, [&](int j, cudaStream_t s) {
+                       if (size_t(j) >= n_in) return;
+                       const PiecePlan& pl = ins.pieces[size_t(j)];
+                       decode_chunks(d, *in.codec, pl, recv_buf + pl.at, pl.slot, dtype, in.data,
+                                     dtype, in.where, s);
+                     }};
+  d.run(int(std::max(n_out, n_in)), {encode, exchange, decode});
+  const DevicePipeline::Counters counted = d.finish();
+
+  CompressedCall call;
+  call.nonfinite_groups = counted.decoded_nan_groups;
+  call.wire_bytes = outs.wire;
+  if (measure)
+    self_check(*out.codec, input, dtype, download_from_device(send_buf, outs.wire, d.stream()),
+               outs, call);
+  return call;
+}
+
+#else  // !TACO_HAVE_CUDA
+
+class DevicePipeline {};
+
+DeviceCompressedCollectives::~DeviceCompressedCollectives() = default;
+
+DevicePipeline& DeviceCompressedCollectives::begin(Stream, size_t) {
+  throw UserError(
+      "compressed collectives on device buffers: this build has no CUDA; keep the tensors in "
+      "host memory (CompressedCollectives) or rebuild with CUDA");
+}
+
+CompressedCall DeviceCompressedCollectives::all_reduce(const Codec&, void*, DType, MessageShape,
+                                                       const WireContext&, bool, Stream stream) {
+  begin(stream, 0);
+  return {};
+}
+
+CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec&, const void*, void*, DType,
+                                                           MessageShape, const WireContext&, bool,
+                                                           Stream stream) {
+  begin(stream, 0);
+  return {};
+}
+
+CompressedCall DeviceCompressedCollectives::all_gather(const Codec&, const void*, void*, DType,
+                                                       MessageShape, const WireContext&, bool,
+                                                       Stream stream) {
+  begin(stream, 0);
+  return {};
+}
+
+CompressedCall DeviceCompressedCollectives::send(const Codec&, const void*, DType, MessageShape,
+                                                 int, int, bool, Stream stream) {
+  begin(stream, 0);
+  return {};
+}
+
+CompressedCall DeviceCompressedCollectives::recv(const Codec&, void*, DType, MessageShape, int, int,
+                                                 const WireContext&, Stream stream) {
+  begin(stream, 0);
+  return {};
+}
+
+CompressedCall DeviceCompressedCollectives::send_recv(const Side&, int, const Side&, int, DType,
+                                                      int, bool, Stream stream) {
+  begin(stream, 0);
+  return {};
+}
+
+#endif  // TACO_HAVE_CUDA
+
+}  // namespace taco

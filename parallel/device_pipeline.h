@@ -1,0 +1,105 @@
+// The machinery under DeviceCompressedCollectives (parallel/device_compressed_collectives.h):
+// a software pipeline over two CUDA streams, the device buffers it keeps between calls, and the
+// wire status words and counters its decodes report into. CUDA builds only: include it from code
+// under `#if TACO_HAVE_CUDA`.
+//
+//   begin(stream, n)   a call on the caller's `stream` with n status words (zeroed on it)
+//   run(pieces, stages)  stage t of piece j is issued in step j + t, the steps in order and the
+//                      stages in order within a step; a stage on the other stream than the one
+//                      before it waits for that stage's event. So every stage is queued after
+//                      what it depends on, and in step n the caller's stream works on piece n
+//                      while the communication stream moves piece n - 1. The communication
+//                      stream first waits for everything queued on the caller's stream.
+//   finish()           waits for both streams (an NCCL communicator: polling its asynchronous
+//                      errors, with its timeout); a non-zero status word throws the codec's
+//                      one-line UserError for the rejected buffer; returns the counters.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "compression/codec.h"
+#include "parallel/communicator.h"
+
+namespace taco {
+
+// Device memory that grows on demand and is kept between calls (every call ends synchronized,
+// so nothing is in flight when it is replaced); cudaMalloc's 256-byte alignment.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+  // At least `bytes` (16 or more); the contents are not kept when it grows.
+  uint8_t* get(size_t bytes);
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class DevicePipeline {
+ public:
+  // The work of one stage for piece `piece`, queued on `stream`.
+  struct Stage {
+    bool on_comm_stream;
+    std::function<void(int piece, cudaStream_t stream)> run;
+  };
+  // What a status word covers: `count` messages at first + i * stride, `size` bytes each, all
+  // of `shape`, checked by `codec` for the site and rank of `where`.
+  struct DecodeOp {
+    const Codec* codec;
+    const uint8_t* first;
+    size_t stride;
+    int count;
+    size_t size;
+    MessageShape shape;
+    WireContext where;
+  };
+  struct Counters {
+    int64_t encoded_nan_groups = 0;  // groups the encodes marked NaN (encoded_nan())
+    int64_t decoded_nan_groups = 0;  // groups the decodes gave as NaN (decoded_nan())
+  };
+
+  explicit DevicePipeline(Communicator& comm);
+  ~DevicePipeline();
+  DevicePipeline(const DevicePipeline&) = delete;
+  DevicePipeline& operator=(const DevicePipeline&) = delete;
+
+  void begin(cudaStream_t stream, size_t status_words);
+  cudaStream_t stream() const { return stream_; }
+  // Device counters for the codecs' nonfinite_groups arguments.
+  int64_t* encoded_nan() { return counters_; }
+  int64_t* decoded_nan() { return counters_ + 1; }
+  // The status word for the next decode, which checks the messages `op` names.
+  uint32_t* status_for(const DecodeOp& op);
+  void run(int pieces, const std::vector<Stage>& stages);
+  Counters finish();
+
+  // Wire buffers and scratch of the collectives, kept between calls.
+  DeviceBuffer send, recv, gather, scratch;
+
+ private:
+  cudaEvent_t event(size_t i);
+  [[noreturn]] void throw_rejected(const DecodeOp& op, uint32_t status);
+
+  Communicator& comm_;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the caller's, for this call
+  std::vector<cudaEvent_t> events_;
+  DeviceBuffer words_;  // the counters, then the status words
+  int64_t* counters_ = nullptr;
+  uint32_t* status_ = nullptr;
+  size_t status_capacity_ = 0;
+  std::vector<DecodeOp> decodes_;
+};
+
+// `bytes` of device memory copied to the host once `stream` has reached this point.
+std::vector<uint8_t> download_from_device(const void* device, size_t bytes, cudaStream_t stream);
+
+}  // namespace taco
