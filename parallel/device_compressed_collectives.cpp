@@ -227,6 +227,27 @@ void self_check(const Codec& codec, const std::vector<uint8_t>& input, DType dty
   call.nonfinite_values = count_nonfinite(input, dtype);
 }
 
+// The first two stages of all_reduce and reduce_scatter: the chunks of each piece of `x`
+// encoded into their slots of `send` (caller's stream), then all_to_all into `recv`. The stages
+// keep pointers to the arguments, which must outlive the pipeline's run.
+std::vector<Stage> encode_and_all_to_all(const Codec& codec, const void* x, DType dtype,
+                                         const Plans& plans, uint8_t* send, uint8_t* recv,
+                                         DevicePipeline& d, Communicator& comm) {
+  const Codec* c = &codec;
+  const Plans* ps = &plans;
+  DevicePipeline* pipeline = &d;
+  Communicator* group = &comm;
+  return {{false,
+           [=](int j, cudaStream_t s) {
+             const PiecePlan& pl = ps->pieces[size_t(j)];
+             encode_chunks(*c, x, dtype, pl, send + pl.at, s, pipeline->encoded_nan());
+           }},
+          {true, [=](int j, cudaStream_t s) {
+             const PiecePlan& pl = ps->pieces[size_t(j)];
+             group->all_to_all(send + pl.at, recv + pl.at, pl.slot, DType::u8, s);
+           }}};
+}
+
 }  // namespace
 
 CompressedCall DeviceCompressedCollectives::all_reduce(const Codec& codec, void* x, DType dtype,
@@ -247,15 +268,9 @@ CompressedCall DeviceCompressedCollectives::all_reduce(const Codec& codec, void*
   float* sum = reinterpret_cast<float*>(d.scratch.get(size_t(plans.largest_mine) * sizeof(float)));
   auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
 
-  const Stage encode{false, [&](int j, cudaStream_t s) {
-                       encode_chunks(codec, x, dtype, plan(j), send + plan(j).at, s,
-                                     d.encoded_nan());
-                     }};
   // Shot one: chunk c of every rank goes to rank c.
-  const Stage all_to_all{true, [&](int j, cudaStream_t s) {
-                           const PiecePlan& pl = plan(j);
-                           comm_.all_to_all(send + pl.at, recv + pl.at, pl.slot, DType::u8, s);
-                         }};
+  const std::vector<Stage> shot_one =
+      encode_and_all_to_all(codec, x, dtype, plans, send, recv, d, comm_);
   // Which sums them in fp32 in rank order and encodes the sum once, into its slot of shot two.
   const Stage reduce{
       false, [&](int j, cudaStream_t s) {
@@ -281,7 +296,7 @@ CompressedCall DeviceCompressedCollectives::all_reduce(const Codec& codec, void*
                        decode_chunks(d, codec, plan(j), gather + plan(j).at2, plan(j).slot2,
                                      DType::f32, x, dtype, where, s);
                      }};
-  d.run(pieces, {encode, all_to_all, reduce, all_gather, decode});
+  d.run(pieces, {shot_one[0], shot_one[1], reduce, all_gather, decode});
   const DevicePipeline::Counters counted = d.finish();
 
   CompressedCall call;
@@ -316,14 +331,8 @@ CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec& codec, c
           : nullptr;
   auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
 
-  const Stage encode{false, [&](int j, cudaStream_t s) {
-                       encode_chunks(codec, in, dtype, plan(j), send + plan(j).at, s,
-                                     d.encoded_nan());
-                     }};
-  const Stage all_to_all{true, [&](int j, cudaStream_t s) {
-                           const PiecePlan& pl = plan(j);
-                           comm_.all_to_all(send + pl.at, recv + pl.at, pl.slot, DType::u8, s);
-                         }};
+  const std::vector<Stage> shot_one =
+      encode_and_all_to_all(codec, in, dtype, plans, send, recv, d, comm_);
   // The p decoded copies of this rank's block summed in fp32 in rank order, straight into an
   // fp32 output; a bf16 output is rounded once from the fp32 sum.
   const Stage reduce{
@@ -342,7 +351,7 @@ CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec& codec, c
         }
         if (staging && n > 0) cuda::convert_f32_to_bf16(reinterpret_cast<bf16*>(dst), acc, n, s);
       }};
-  d.run(pieces, {encode, all_to_all, reduce});
+  d.run(pieces, {shot_one[0], shot_one[1], reduce});
   const DevicePipeline::Counters counted = d.finish();
 
   CompressedCall call;

@@ -123,6 +123,16 @@ void expect_same_call(const CompressedCall& got, const CompressedCall& want) {
   }
 }
 
+// A device call in pieces against the host algorithm applied to each piece: the same bytes,
+// wire bytes and NaN groups, and the same error summed in another order (hence 1e-9).
+void expect_same_as_pieces(const Bytes& got, const CompressedCall& call, const Bytes& want,
+                           const CompressedCall& host, DType dtype) {
+  expect_same_bytes(got, want, dtype);
+  EXPECT_EQ(call.wire_bytes, host.wire_bytes);
+  EXPECT_EQ(call.nonfinite_groups, host.nonfinite_groups);
+  EXPECT_NEAR(call.error_sq, host.error_sq, 1e-9 * host.error_sq);
+}
+
 // Adds a per-piece host call into a total.
 void add(CompressedCall& total, const CompressedCall& c) {
   total.measured = total.measured || c.measured;
@@ -229,10 +239,7 @@ TEST_F(DeviceCollectivesTest, AllReduceMatchesTheHostAlgorithmBitForBit) {
       device.set_pieces(3);
       DeviceBytes d3(x);
       const CompressedCall call3 = device.all_reduce(codec, d3.get(), dtype, shape, where_, true);
-      expect_same_bytes(d3.read(), want3, dtype);
-      EXPECT_EQ(call3.wire_bytes, host3.wire_bytes);
-      EXPECT_EQ(call3.nonfinite_groups, host3.nonfinite_groups);
-      EXPECT_NEAR(call3.error_sq, host3.error_sq, 1e-9 * host3.error_sq);
+      expect_same_as_pieces(d3.read(), call3, want3, host3, dtype);
       EXPECT_GT(call3.wire_bytes, call.wire_bytes);  // more headers and padded slots
     });
   }
@@ -281,9 +288,7 @@ TEST_F(DeviceCollectivesTest, ReduceScatterMatchesTheHostAlgorithmBitForBit) {
       DeviceBytes out3(want.size());
       const CompressedCall call3 =
           device.reduce_scatter(codec, in.get(), out3.get(), dtype, full, where_, true);
-      expect_same_bytes(out3.read(), want3, dtype);
-      EXPECT_EQ(call3.wire_bytes, host3.wire_bytes);
-      EXPECT_NEAR(call3.error_sq, host3.error_sq, 1e-9 * host3.error_sq);
+      expect_same_as_pieces(out3.read(), call3, want3, host3, dtype);
     });
   }
 }
@@ -331,9 +336,7 @@ TEST_F(DeviceCollectivesTest, AllGatherMatchesTheHostAlgorithmBitForBit) {
       DeviceBytes out3(want.size());
       const CompressedCall call3 =
           device.all_gather(codec, in.get(), out3.get(), dtype, full, where_, true);
-      expect_same_bytes(out3.read(), want3, dtype);
-      EXPECT_EQ(call3.wire_bytes, host3.wire_bytes);
-      EXPECT_NEAR(call3.error_sq, host3.error_sq, 1e-9 * host3.error_sq);
+      expect_same_as_pieces(out3.read(), call3, want3, host3, dtype);
     });
   }
 }
