@@ -148,12 +148,6 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = runs * kTensorRun + start; i < n; i += stride) sink.one(i, value(codes[i]));
 }
 
-unsigned grid_for(int64_t work_items, int64_t items_per_block) {
-  const int64_t needed = (work_items + items_per_block - 1) / items_per_block;
-  const int64_t cap = int64_t(detail::sm_count()) * 8;
-  return unsigned(needed < 1 ? 1 : needed < cap ? needed : cap);
-}
-
 struct DecodeArgs {
   const uint8_t* in;
   uint64_t size;

@@ -140,9 +140,9 @@ __global__ void __launch_bounds__(kThreads)
   const float q = get_f32(out + scales_offset);
   const bool poisoned = !(q == q);
   uint8_t* codes = out + wire::kHeaderBytes;
-  // code = fp8(v / q), or 0 where q is NaN (poisoned) or 0 (an all-zero message).
-  Quantizer qz{false, q >= 0x1p-100f && q <= 0x1p100f, q, __frcp_rn(q), 1.f, 1.f, 0};
-  auto code = [&](float v) -> uint32_t { return poisoned ? 0u : uint32_t(qz(v, format)); };
+  auto code = [&](float v) -> uint32_t {
+    return poisoned || !(q > 0.f) ? 0u : uint32_t(to_fp8(__fdiv_rn(v, q), format));
+  };
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t start = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t runs = vectorized ? n / kTensorRun : 0;
@@ -157,12 +157,6 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = runs * kTensorRun + start; i < n; i += stride) {
     codes[i] = uint8_t(code(load_one(x + i)));
   }
-}
-
-unsigned grid_for(int64_t work_items, int64_t items_per_block) {
-  const int64_t needed = (work_items + items_per_block - 1) / items_per_block;
-  const int64_t cap = int64_t(detail::sm_count()) * 8;  // grid-stride beyond a few waves
-  return unsigned(needed < 1 ? 1 : needed < cap ? needed : cap);
 }
 
 template <class T, int G, bool kTokens>

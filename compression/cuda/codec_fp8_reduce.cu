@@ -17,24 +17,14 @@ __global__ void __launch_bounds__(kThreads)
                              uint64_t size, WireExpectation expect, uint8_t* __restrict__ out,
                              GroupParams p, HeaderParams hp, uint32_t* status,
                              int64_t* nonfinite_groups) {
-  // Every header first (the host decoder would stop at the first bad one): one verdict per
-  // block, so no block writes anything from a rejected message.
-  __shared__ uint32_t verdict;
-  if (threadIdx.x == 0) {
-    uint32_t first = 0;
-    for (int i = 0; i < count && first == 0; ++i)
-      first = uint32_t(check_wire_header(in + uint64_t(i) * slot, size, expect));
-    verdict = first;
-    if (first != 0 && blockIdx.x == 0) atomicCAS(status, 0u, first);
-  }
-  __syncthreads();
-  if (verdict != 0) return;
+  // Every header first: no block writes anything from a rejected message.
+  if (!block_accepts_headers(in, slot, count, size, expect, status)) return;
 
   using S = TileShape<4, G, kTokens>;  // the sum is fp32
   constexpr int R = S::R, L = S::L, C = S::C;
   write_header_and_padding(out, hp);
   const int lane = threadIdx.x % 32, li = lane % L;
-  int64_t poisoned_in = 0, poisoned_out = 0;
+  int64_t poisoned_in = 0, poisoned_out = 0;  // out: counted when the sum is decoded
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
 
@@ -49,8 +39,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < count; ++i) {
       const uint8_t* message = in + uint64_t(i) * slot;
       float v[C][R];
-      decode_tile<S, kTokens>(message + wire::kHeaderBytes, message + p.scales_offset, t, li, p,
-                              v, poisoned_in);
+      decode_tile<S, kTokens>(message + wire::kHeaderBytes, message + p.scales_offset, t, li, p, v,
+                              poisoned_in);
 #pragma unroll
       for (int c = 0; c < C; ++c) {
 #pragma unroll
@@ -81,10 +71,7 @@ void launch(const ReduceArgs& a) {
   using S = TileShape<4, G, kTokens>;
   GroupParams p = a.p;
   set_tiles<S, G, kTokens>(p, /*aligned=*/true);  // slots and out are 16-byte aligned
-  const int64_t per_block = int64_t(kThreads / 32) * S::kTilesPerWarp;
-  const int64_t needed = (p.tiles + per_block - 1) / per_block;
-  const int64_t cap = int64_t(detail::sm_count()) * 8;
-  const unsigned blocks = unsigned(needed < 1 ? 1 : needed < cap ? needed : cap);
+  const unsigned blocks = grid_for(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp);
   decode_sum_encode_kernel<G, kTokens><<<blocks, kThreads, 0, a.stream>>>(
       a.in, a.slot, a.count, a.size, a.expect, a.out, p, a.hp, a.status, a.nonfinite_groups);
   TACO_LAUNCH_OK();

@@ -54,7 +54,8 @@ __device__ __forceinline__ uint8_t to_fp8(float x, Fp8Format format) {
 // (exact), with NaN codes given the CPU's bits.
 __device__ __forceinline__ float from_fp8(uint32_t code, Fp8Format format) {
   const bool e4m3 = format == Fp8Format::e4m3;
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(code), e4m3 ? __NV_E4M3 : __NV_E5M2);
+  const __half_raw h =
+      __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(code), e4m3 ? __NV_E4M3 : __NV_E5M2);
   const uint32_t magnitude = code & 0x7Fu;
   const bool nan = e4m3 ? magnitude == 0x7Fu : magnitude > 0x7Cu;
   return nan ? __uint_as_float(((code & 0x80u) << 24) | 0x7FC00000u) : __half2float(__half(h));
@@ -89,46 +90,25 @@ __device__ __forceinline__ int e8m0_exponent(float m, float target) {
   return em - et + (fm > ft ? 1 : 0);
 }
 
-__device__ __forceinline__ __nv_fp8_interpretation_t fp8_kind(Fp8Format format) {
-  return format == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2;
-}
-
 // A group's quantizer (kernels/cpu/codec_fp8.cpp, make_quantizer), given m = max|y| and the
 // exponent ea of the power-of-two adaptive scale already applied (e8m0 only).
-//
-// Dual and single scales: code = fp8(fl(y / q)), without a division per element. t = y * rq
-// with rq = fl(1 / q) is within 3.01 * 2^-24 of fl(y / q) relatively (two roundings of t, one of
-// the quotient), so fl(y / q) lies between t * (1 - 2^-20) and t * (1 + 2^-20) (each rounded).
-// Rounding to FP8 is monotonic, so when both ends give the same code, so does fl(y / q); only
-// near an FP8 rounding boundary (about 2^-17 of the values) is the quotient computed exactly.
-// q outside [2^-100, 2^100] takes the exact path throughout.
 struct Quantizer {
   bool pow2;
-  bool fast;        // the bracket above applies
-  float q, rq;      // dual/single: code = fp8(y / q); rq = fl(1 / q)
+  float q;          // dual/single: code = fp8(y / q)
   float s_k, s_ea;  // e8m0: code = fp8((y * 2^-k) * 2^-ea)
   int k;            // e8m0: the stored exponent
 
   __device__ __forceinline__ uint8_t operator()(float y, Fp8Format format) const {
     if (pow2) return to_fp8(__fmul_rn(__fmul_rn(y, s_k), s_ea), format);
-    if (!(q > 0.f)) return uint8_t(0);
-    if (fast) {
-      const float t = __fmul_rn(y, rq);
-      const float2 ends = make_float2(__fmul_rn(t, 0x1.ffffep-1f), __fmul_rn(t, 0x1.00001p+0f));
-      const uint32_t pair = __nv_cvt_float2_to_fp8x2(ends, __NV_SATFINITE, fp8_kind(format));
-      if ((pair & 0xFFu) == (pair >> 8)) return uint8_t(pair & 0xFFu);
-    }
-    return to_fp8(__fdiv_rn(y, q), format);
+    return q > 0.f ? to_fp8(__fdiv_rn(y, q), format) : uint8_t(0);
   }
 };
 
 __device__ __forceinline__ Quantizer make_quantizer(float m, int ea, Fp8Scales scales,
                                                     float target) {
-  Quantizer qz{false, false, 0.f, 0.f, 1.f, 1.f, 0};
+  Quantizer qz{false, 0.f, 1.f, 1.f, 0};
   if (scales != Fp8Scales::e8m0) {
     qz.q = __fdiv_rn(m, target);
-    qz.fast = qz.q >= 0x1p-100f && qz.q <= 0x1p100f;
-    qz.rq = __frcp_rn(qz.q);
     return qz;
   }
   qz.pow2 = true;

@@ -10,6 +10,7 @@
 #include "compression/cuda/fp8_math.cuh"
 #include "compression/cuda/tile.cuh"
 #include "compression/cuda/wire_check.cuh"
+#include "kernels/cuda/common.cuh"
 #include "kernels/hadamard.h"
 
 namespace taco::cuda::codec {
@@ -66,6 +67,13 @@ void set_tiles(GroupParams& p, bool aligned) {
   p.tiles_per_row = kTokens ? (p.cols + S::C - 1) / S::C : (p.cols + G - 1) / G;
   p.tiles = kTokens ? (p.rows + G - 1) / G * p.tiles_per_row : p.tiles_per_row * p.rows;
   p.vectorized = aligned && p.cols % S::kRun == 0;
+}
+
+// Blocks for a grid-stride launch: enough for the work, at most a few waves of the device.
+inline unsigned grid_for(int64_t work_items, int64_t items_per_block) {
+  const int64_t needed = (work_items + items_per_block - 1) / items_per_block;
+  const int64_t cap = int64_t(detail::sm_count()) * 8;
+  return unsigned(needed < 1 ? 1 : needed < cap ? needed : cap);
 }
 
 __device__ __forceinline__ void write_header_and_padding(uint8_t* out, const HeaderParams& h) {
@@ -248,8 +256,7 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes_in, const uint8
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     DecodeScale d{1.f, 1.f, false};
-    if (t.n > 0 && c < t.columns)
-      d = read_scale(scales, t.first_group + c, p.num_groups, p.scales);
+    if (t.n > 0 && c < t.columns) d = read_scale(scales, t.first_group + c, p.num_groups, p.scales);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       v[c][r] = __fmul_rn(from_fp8(byte_of(packed, kTokens ? r * C + c : r), p.format), d.mul);
@@ -265,7 +272,6 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes_in, const uint8
       if (li == 0) ++poisoned_groups;
     }
   }
-
 }
 
 }  // namespace taco::cuda::codec

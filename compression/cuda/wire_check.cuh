@@ -99,17 +99,28 @@ __device__ __forceinline__ wire::Status check_wire_header(const uint8_t* in, uin
   return wire::ok;
 }
 
-// The block's verdict on the header, computed by thread 0 and shared; a rejection is reported
-// once, by block 0, and only where no earlier rejection is recorded.
-__device__ __forceinline__ bool block_accepts_header(const uint8_t* in, uint64_t size,
-                                                     const WireExpectation& e, uint32_t* status) {
+// The block's verdict on the headers of `count` messages at in + i * stride (`size` bytes each),
+// computed by thread 0 and shared: the first rejection, as the host decoder would stop at the
+// first bad message. It is reported once, by block 0, and only where no earlier rejection is
+// recorded.
+__device__ __forceinline__ bool block_accepts_headers(const uint8_t* in, uint64_t stride, int count,
+                                                      uint64_t size, const WireExpectation& e,
+                                                      uint32_t* status) {
   __shared__ uint32_t verdict;
   if (threadIdx.x == 0) {
-    verdict = uint32_t(check_wire_header(in, size, e));
-    if (verdict != 0 && blockIdx.x == 0) atomicCAS(status, 0u, verdict);
+    uint32_t first = 0;
+    for (int i = 0; i < count && first == 0; ++i)
+      first = uint32_t(check_wire_header(in + uint64_t(i) * stride, size, e));
+    verdict = first;
+    if (first != 0 && blockIdx.x == 0) atomicCAS(status, 0u, first);
   }
   __syncthreads();
   return verdict == 0;
+}
+
+__device__ __forceinline__ bool block_accepts_header(const uint8_t* in, uint64_t size,
+                                                     const WireExpectation& e, uint32_t* status) {
+  return block_accepts_headers(in, 0, 1, size, e, status);
 }
 
 }  // namespace taco::cuda::codec

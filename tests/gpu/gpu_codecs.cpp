@@ -230,9 +230,10 @@ TEST(CudaCodecs, DecodeSumEncodeMatchesTheHostDecodeAccumulateThenEncode) {
           const Data d = i == 2 ? Data::nonfinite : i == 1 ? Data::outliers : Data::gaussian;
           const std::vector<bf16> x = test::to_bf16(make_data(d, shape, ++seed));
           codec->encode(x.data(), shape, slots.data() + size_t(i) * slot, size);
-          nan_groups += codec->decode_accumulate(slots.data() + size_t(i) * slot, size, shape,
-                                                 sum.data(), ctx)
-                            .nonfinite_groups;
+          nan_groups +=
+              codec
+                  ->decode_accumulate(slots.data() + size_t(i) * slot, size, shape, sum.data(), ctx)
+                  .nonfinite_groups;
         }
         const size_t out_size = codec->max_encoded_size(shape, DType::f32);
         std::vector<uint8_t> ref(out_size);

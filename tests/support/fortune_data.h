@@ -1,8 +1,8 @@
 // Byte-level shards of the fortunes corpus (installed by tools/setup.sh) for training tests:
 // the first 95% of the text is train, the rest val. Made once per process; under MPI rank 0
 // writes and the others wait. A machine without the corpus (a GPU box the setup script never
-// ran on) gets the repository's own text (Markdown and sources) instead. A failure on rank 0 is raised on
-// every rank, never left as a hang in a barrier.
+// ran on) gets the repository's own text (Markdown and sources) instead. A failure on rank 0 is
+// raised on every rank, never left as a hang in a barrier.
 #pragma once
 
 #include <mpi.h>
@@ -56,8 +56,7 @@ inline std::string fortune_shards(const std::string& name = "fortune_shards") {
       if (text.size() < 100000) throw std::runtime_error("too little text for training tests");
       std::vector<uint16_t> ids = ByteTokenizer().encode(text);
       const size_t val_n = ids.size() / 20;
-      write_shard(dir + "/train_000000.bin",
-                  std::vector<uint16_t>(ids.begin(), ids.end() - val_n));
+      write_shard(dir + "/train_000000.bin", std::vector<uint16_t>(ids.begin(), ids.end() - val_n));
       write_shard(dir + "/val_000000.bin", std::vector<uint16_t>(ids.end() - val_n, ids.end()));
     } catch (const std::exception& e) {
       failure = e.what();
@@ -69,8 +68,7 @@ inline std::string fortune_shards(const std::string& name = "fortune_shards") {
     MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (failed && failure.empty()) failure = "rank 0 could not write them";
   }
-  if (!failure.empty())
-    throw std::runtime_error("training-test shards in " + dir + ": " + failure);
+  if (!failure.empty()) throw std::runtime_error("training-test shards in " + dir + ": " + failure);
   made = dir;
   return made;
 }

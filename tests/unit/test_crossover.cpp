@@ -35,8 +35,8 @@ TEST(Crossover, MatchesTheHandWorkedModel) {
              "{\"message_bytes\":1073741824,\"codec\":\"taco e4m3 g128 dual hidden\","
              "\"bytes_per_element\":1.0,\"encode_gbps\":1000,\"decode_gbps\":1000,"
              "\"decode_sum_encode_gbps\":500}]}\n");
-  const auto r = run_command(script() + " " + dir + "/codec.json --ranks 2,4 --json " + dir +
-                             "/cross.json");
+  const auto r =
+      run_command(script() + " " + dir + "/codec.json --ranks 2,4 --json " + dir + "/cross.json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string& out = r.output;
   const std::string json = read_file(dir + "/cross.json");

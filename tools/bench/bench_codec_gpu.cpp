@@ -195,8 +195,8 @@ int codec_gpu(const GpuCodecArgs& a) {
   }
   TACO_CHECK_CUDA(cudaEventDestroy(start));
   TACO_CHECK_CUDA(cudaEventDestroy(stop));
-  for (void* p : {(void*)x, (void*)y, (void*)acc, (void*)wire, (void*)slots, (void*)counter,
-                  (void*)status}) {
+  for (void* p :
+       {(void*)x, (void*)y, (void*)acc, (void*)wire, (void*)slots, (void*)counter, (void*)status}) {
     TACO_CHECK_CUDA(cudaFree(p));
   }
   if (!a.json.empty()) {
