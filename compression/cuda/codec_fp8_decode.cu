@@ -2,6 +2,8 @@
 // fp8 -> fp32, times the scale, [Hadamard,] [/ a], stored as fp32 or bf16 or added into fp32.
 // Values identical to kernels/cpu/codec_fp8.cpp (NaN payloads aside: a GPU add or multiply on a
 // NaN returns the canonical NaN where the CPU keeps the operand's).
+#include <cuda_bf16.h>
+
 #include "compression/cuda/codec_fp8_device.h"
 #include "compression/cuda/group_codec.cuh"
 #include "kernels/cuda/common.cuh"
@@ -31,10 +33,11 @@ struct Sink {
   __device__ __forceinline__ void run(int64_t i, const float* v) const {
     if constexpr (sizeof(TOut) == 2) {
       static_assert(N % 2 == 0, "bf16 runs are pairs");
-      uint32_t w[N / 2];
+      uint32_t w[N / 2];  // one conversion per pair (NaN: the canonical bf16 NaN)
 #pragma unroll
       for (int k = 0; k < N / 2; ++k) {
-        w[k] = uint32_t(to_bf16_bits(v[2 * k])) | (uint32_t(to_bf16_bits(v[2 * k + 1])) << 16);
+        const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+        w[k] = *reinterpret_cast<const uint32_t*>(&b);
       }
       store_bytes<2 * N>(reinterpret_cast<uint8_t*>(out + i), w);
     } else {
@@ -55,7 +58,7 @@ struct Sink {
 };
 
 template <class TOut, int G, bool kTokens, bool kAccumulate>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     decode_groups_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
                          TOut* __restrict__ out, GroupParams p, uint32_t* status,
                          int64_t* nonfinite_groups) {
@@ -116,8 +119,20 @@ __global__ void __launch_bounds__(kThreads)
 // fp8_tensor: one scale; codes are independent elements.
 constexpr int kTensorRun = 8;
 
+// Eight codes (two words) times the scale, two codes per conversion.
+template <Fp8Format F>
+__device__ __forceinline__ void tensor_values(const uint32_t (&w)[2], float mul,
+                                              float (&v)[kTensorRun]) {
+#pragma unroll
+  for (int k = 0; k < kTensorRun; k += 2) {
+    const float2 f = fp8x2_to_float2<F>(w[k / 4] >> (8 * (k % 4)));
+    v[k] = __fmul_rn(f.x, mul);
+    v[k + 1] = __fmul_rn(f.y, mul);
+  }
+}
+
 template <class TOut, bool kAccumulate>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     decode_tensor_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
                          TOut* __restrict__ out, int64_t n, uint64_t scales_offset,
                          Fp8Format format, bool vectorized, uint32_t* status,
@@ -141,8 +156,14 @@ __global__ void __launch_bounds__(kThreads)
     uint32_t w[2];
     load_bytes<8>(codes + i * kTensorRun, w);
     float v[kTensorRun];
+    if (d.poisoned) {
 #pragma unroll
-    for (int k = 0; k < kTensorRun; ++k) v[k] = value(byte_of(w, k));
+      for (int k = 0; k < kTensorRun; ++k) v[k] = quiet_nan();
+    } else if (format == Fp8Format::e4m3) {
+      tensor_values<Fp8Format::e4m3>(w, d.mul, v);
+    } else {
+      tensor_values<Fp8Format::e5m2>(w, d.mul, v);
+    }
     sink.template run<kTensorRun>(i * kTensorRun, v);
   }
   for (int64_t i = runs * kTensorRun + start; i < n; i += stride) sink.one(i, value(codes[i]));

@@ -14,7 +14,7 @@ namespace {
 
 // x [rows, cols] (fp32 or bf16 bits) -> codes and scales of `out`, one warp per 32 / L tiles.
 template <class T, int G, bool kTokens>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     encode_groups_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, GroupParams p,
                          HeaderParams hp, int64_t* nonfinite_groups) {
   using S = TileShape<int(sizeof(T)), G, kTokens>;
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kTensorRun = 8;
 
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     tensor_absmax_kernel(const T* __restrict__ x, int64_t n, uint8_t* out, HeaderParams hp,
                          float target, bool vectorized, int64_t* nonfinite_groups) {
   write_header_and_padding(out, hp);
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     tensor_codes_kernel(const T* __restrict__ x, int64_t n, uint8_t* __restrict__ out,
                         uint64_t scales_offset, Fp8Format format, bool vectorized) {
   const float q = get_f32(out + scales_offset);
@@ -146,12 +146,24 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t start = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t runs = vectorized ? n / kTensorRun : 0;
+  // The common case (a usable scale within div_by's bounds, e4m3): two codes per conversion.
+  const bool fast = !poisoned && format == Fp8Format::e4m3 &&
+                    magnitude_within<kQuantizerMinExp, kQuantizerMaxExp>(q);
+  const float rq = fast ? __frcp_rn(q) : 0.f;
   for (int64_t i = start; i < runs; i += stride) {
     float run[kTensorRun];
     load_run<kTensorRun>(x + i * kTensorRun, run);
     uint32_t w[2] = {0, 0};
+    if (fast) {
 #pragma unroll
-    for (int k = 0; k < kTensorRun; ++k) w[k / 4] |= code(run[k]) << (8 * (k % 4));
+      for (int k = 0; k < kTensorRun; k += 2) {
+        w[k / 4] |= to_fp8x2<Fp8Format::e4m3>(div_by(run[k], q, rq), div_by(run[k + 1], q, rq))
+                    << (8 * (k % 4));
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kTensorRun; ++k) w[k / 4] |= code(run[k]) << (8 * (k % 4));
+    }
     store_bytes<8>(codes + i * kTensorRun, w);
   }
   for (int64_t i = runs * kTensorRun + start; i < n; i += stride) {

@@ -15,6 +15,7 @@
 // __shfl_xor_sync for lane bits, in the CPU's order of h.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -44,9 +45,64 @@ __device__ __forceinline__ float exact_pow2(int e) {
 
 // float -> FP8, round to nearest even with saturation: the same function as taco::float_to_fp8
 // (checked on all 2^32 floats, compression/README.md).
+template <Fp8Format F>
+__device__ __forceinline__ uint32_t to_fp8(float x) {
+  return uint32_t(
+      __nv_cvt_float_to_fp8(x, __NV_SATFINITE, F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2));
+}
+
 __device__ __forceinline__ uint8_t to_fp8(float x, Fp8Format format) {
-  return format == Fp8Format::e4m3 ? uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3))
-                                   : uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2));
+  return uint8_t(format == Fp8Format::e4m3 ? to_fp8<Fp8Format::e4m3>(x)
+                                           : to_fp8<Fp8Format::e5m2>(x));
+}
+
+// Two floats -> two FP8 codes in one conversion: lo in bits 0..7, hi in bits 8..15 (the same
+// rounding as to_fp8).
+template <Fp8Format F>
+__device__ __forceinline__ uint32_t to_fp8x2(float lo, float hi) {
+  return uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE,
+                                           F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2));
+}
+
+// Two FP8 codes (bits 0..7 and 8..15 of `pair`) -> two floats through the hardware conversion to
+// half, exact for every finite and infinite code; NaN codes give a NaN (its payload is not the
+// CPU's: callers compare NaN with NaN).
+template <Fp8Format F>
+__device__ __forceinline__ float2 fp8x2_to_float2(uint32_t pair) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair & 0xFFFFu),
+                                                   F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2);
+  return __half22float2(__half2(h));
+}
+
+// y / d rounded to nearest even, bit for bit __fdiv_rn(y, d), from rd = __frcp_rn(d) computed
+// once per group: the quotient y * rd and two remainder corrections (each remainder y - d * z is
+// exact in one FMA), the sequence of CUDA's own division after its reciprocal. Valid where the
+// remainders do not underflow and nothing overflows: d normal and the exponents of d and y / d
+// summing to at least -103 (callers check a per-group bound). The corrections are written as
+// z - (d * z - y) * rd, which keeps the sign of a zero y (the textbook z + (y - d * z) * rd
+// turns -0 into +0).
+__device__ __forceinline__ float div_by(float y, float d, float rd) {
+  float z = __fmul_rn(y, rd);
+  float n = __fmaf_rn(d, z, -y);
+  z = __fmaf_rn(-n, rd, z);
+  n = __fmaf_rn(d, z, -y);
+  return __fmaf_rn(-n, rd, z);
+}
+
+// |x| is within [2^lo, 2^hi] (normal, finite): the bounds of div_by's fast path.
+template <int kLo, int kHi>
+__device__ __forceinline__ bool magnitude_within(float x) {
+  static_assert(kLo > -126 && kHi < 128 && kLo < kHi, "normal bounds");
+  const uint32_t u = __float_as_uint(x) & 0x7FFFFFFFu;
+  constexpr uint32_t lo = uint32_t(kLo + 127) << 23, hi = uint32_t(kHi + 127) << 23;
+  return u - lo <= hi - lo;
+}
+
+// max(m, |x|), NaN if either is NaN (fmaxf ignores a NaN operand).
+__device__ __forceinline__ float max_abs_nan(float m, float x) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(m), "f"(fabsf(x)));
+  return r;
 }
 
 // FP8 -> float with the bits of taco::fp8_to_float (NaN codes give sign | 0x7FC00000): the
@@ -91,27 +147,47 @@ __device__ __forceinline__ int e8m0_exponent(float m, float target) {
 }
 
 // A group's quantizer (kernels/cpu/codec_fp8.cpp, make_quantizer), given m = max|y| and the
-// exponent ea of the power-of-two adaptive scale already applied (e8m0 only).
+// exponent ea of the power-of-two adaptive scale already applied (e8m0 only). The mode picks the
+// per-element arithmetic once per group, so the element loops carry no tests.
 struct Quantizer {
-  bool pow2;
-  float q;          // dual/single: code = fp8(y / q)
-  float s_k, s_ea;  // e8m0: code = fp8((y * 2^-k) * 2^-ea)
+  enum Mode : int {
+    kZero,      // q = 0: every code is 0
+    kPow2,      // e8m0: code = fp8((y * 2^-k) * 2^-ea)
+    kDiv,       // dual/single: code = fp8(y / q) through div_by (q within its bounds)
+    kExactDiv,  // the same through __fdiv_rn (q tiny, huge or not finite)
+  };
+  Mode mode;
+  float q, rq;      // q and __frcp_rn(q) (kDiv)
+  float s_k, s_ea;  // kPow2
   int k;            // e8m0: the stored exponent
 
-  __device__ __forceinline__ uint8_t operator()(float y, Fp8Format format) const {
-    if (pow2) return to_fp8(__fmul_rn(__fmul_rn(y, s_k), s_ea), format);
-    return q > 0.f ? to_fp8(__fdiv_rn(y, q), format) : uint8_t(0);
+  // y's value before the rounding to FP8, in mode kMode.
+  template <int kMode>
+  __device__ __forceinline__ float scaled(float y) const {
+    if constexpr (kMode == kPow2) return __fmul_rn(__fmul_rn(y, s_k), s_ea);
+    if constexpr (kMode == kDiv) return div_by(y, q, rq);
+    return __fdiv_rn(y, q);
   }
 };
 
+// div_by's bounds for the quantizer's y / q, |y| <= m = 448 q: for q in [2^-85, 2^120] the
+// remainders are exact wherever the quotient reaches FP8's smallest rounding boundary (2^-17,
+// e5m2), and below it every code is a signed zero whichever way the last bit falls.
+constexpr int kQuantizerMinExp = -85, kQuantizerMaxExp = 120;
+
 __device__ __forceinline__ Quantizer make_quantizer(float m, int ea, Fp8Scales scales,
                                                     float target) {
-  Quantizer qz{false, 0.f, 1.f, 1.f, 0};
+  Quantizer qz{Quantizer::kZero, 0.f, 0.f, 1.f, 1.f, 0};
   if (scales != Fp8Scales::e8m0) {
     qz.q = __fdiv_rn(m, target);
+    if (qz.q > 0.f) {
+      const bool fast = magnitude_within<kQuantizerMinExp, kQuantizerMaxExp>(qz.q);
+      qz.mode = fast ? Quantizer::kDiv : Quantizer::kExactDiv;
+      if (fast) qz.rq = __frcp_rn(qz.q);
+    }
     return qz;
   }
-  qz.pow2 = true;
+  qz.mode = Quantizer::kPow2;
   const int kq = m > 0.f ? e8m0_exponent(m, target) : ea;
   qz.k = min(max(kq - ea, -127), 127);
   qz.s_k = exact_pow2(-qz.k);
@@ -157,6 +233,14 @@ __device__ __forceinline__ float group_max(float m) {
   return m;
 }
 
+// group_max keeping NaN (values are non-negative).
+template <int L>
+__device__ __forceinline__ float group_max_nan(float m) {
+#pragma unroll
+  for (int o = L / 2; o >= 1; o /= 2) m = max_abs_nan(m, __shfl_xor_sync(kFullMask, m, o));
+  return m;
+}
+
 template <int L>
 __device__ __forceinline__ int group_sum(int v) {
 #pragma unroll
@@ -188,6 +272,22 @@ __device__ __forceinline__ void butterfly_stages(float (&v)[R]) {
 // the transform), so the shuffles run on every lane and only the update is conditional.
 template <int R, int L, int K>
 __device__ __forceinline__ void hadamard(float (&v)[R], int li, bool apply, float scale) {
+  // Every group of the warp full (the common case): no per-element test. Across lanes the lower
+  // partner adds and the upper one subtracts: v * (+-1) + other, one rounding, is exactly the
+  // CPU's v + other or other - v.
+  if (__all_sync(kFullMask, apply)) {
+    butterfly_stages<1, K>(v);
+#pragma unroll
+    for (int m = 1; m < L; m *= 2) {
+      const float sign = (li & m) != 0 ? -1.f : 1.f;
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[r] = __fmaf_rn(v[r], sign, __shfl_xor_sync(kFullMask, v[r], m));
+    }
+    butterfly_stages<K, R>(v);
+#pragma unroll
+    for (int r = 0; r < R; ++r) v[r] = __fmul_rn(v[r], scale);
+    return;
+  }
   if (apply) {
     butterfly_stages<1, K>(v);
   }

@@ -112,6 +112,43 @@ __device__ __forceinline__ DecodeScale read_scale(const uint8_t* scales, int64_t
   return d;
 }
 
+// Column c's codes into `packed` (tokens [r][c], hidden [r]) in quantizer mode kMode. Along
+// hidden two neighbouring codes convert in one instruction.
+template <class S, bool kTokens, Fp8Format F, int kMode>
+__device__ __forceinline__ void quantize_column(const float (&v)[S::R], const Quantizer& qz, int c,
+                                                uint32_t* packed) {
+  constexpr int R = S::R, C = S::C;
+  if constexpr (kTokens) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = r * C + c;
+      packed[i / 4] |= to_fp8<F>(qz.template scaled<kMode>(v[r])) << (8 * (i % 4));
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; r += 2) {
+      const uint32_t pair = to_fp8x2<F>(qz.template scaled<kMode>(v[r]),
+                                        qz.template scaled<kMode>(v[r + 1]));
+      packed[r / 4] |= pair << (8 * (r % 4));
+    }
+  }
+}
+
+template <class S, bool kTokens, Fp8Format F>
+__device__ __forceinline__ void quantize_column(const float (&v)[S::R], const Quantizer& qz, int c,
+                                                uint32_t* packed) {
+  switch (qz.mode) {
+    case Quantizer::kPow2:
+      return quantize_column<S, kTokens, F, Quantizer::kPow2>(v, qz, c, packed);
+    case Quantizer::kDiv:
+      return quantize_column<S, kTokens, F, Quantizer::kDiv>(v, qz, c, packed);
+    case Quantizer::kExactDiv:
+      return quantize_column<S, kTokens, F, Quantizer::kExactDiv>(v, qz, c, packed);
+    case Quantizer::kZero:
+      return;  // the codes stay 0
+  }
+}
+
 // Quantizes the tile's values v (elements outside the group are zero) into the codes and scales
 // of a message, counting poisoned groups (a non-finite value) into `poisoned_groups`.
 template <class S, bool kTokens>
@@ -126,18 +163,31 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
 
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    int bad = 0;
-#pragma unroll
-    for (int r = 0; r < R; ++r) bad += !is_finite(v[c][r]);
-    bad = group_sum<L>(bad);
-
-    float a = 1.f;
+    // A non-finite input makes the sum of squares (taco) or the NaN-keeping absmax (fp8_block)
+    // non-finite; only then are they counted (an overflowing sum of finite squares counts none).
+    float a = 1.f, ss = 0.f, m = 0.f;
     int ea = 0;
+    bool finite;
     if (p.hadamard) {
       float sq[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) sq[r] = __fmul_rn(v[c][r], v[c][r]);
-      const float ss = tree_sum<R, L, K>(sq);
+      ss = tree_sum<R, L, K>(sq);
+      finite = is_finite(ss);
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r) m = max_abs_nan(m, v[c][r]);
+      m = group_max_nan<L>(m);
+      finite = is_finite(m);
+    }
+    int bad = 0;
+    if (__any_sync(kFullMask, !finite)) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) bad += !is_finite(v[c][r]);
+      bad = group_sum<L>(bad);
+    }
+
+    if (p.hadamard) {
       a = adaptive_scale(ss, t.n > 0 ? t.n : 1, p.target);
       if (e8m0) {  // a is normal, in [1e-3, 1e3]: floor(log2 a) is its exponent field
         ea = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;
@@ -146,17 +196,16 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
 #pragma unroll
       for (int r = 0; r < R; ++r) v[c][r] = __fmul_rn(v[c][r], a);
       hadamard<R, L, K>(v[c], li, t.full, p.hadamard_scale);
-    }
-    float m = 0.f;
 #pragma unroll
-    for (int r = 0; r < R; ++r) m = fmaxf(m, fabsf(v[c][r]));
-    m = group_max<L>(m);
+      for (int r = 0; r < R; ++r) m = fmaxf(m, fabsf(v[c][r]));
+      m = group_max<L>(m);
+    }
     const Quantizer qz = make_quantizer(m, ea, p.scales, p.target);
     if (bad == 0) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int i = kTokens ? r * C + c : r;
-        packed[i / 4] |= uint32_t(qz(v[c][r], p.format)) << (8 * (i % 4));
+      if (p.format == Fp8Format::e4m3) {
+        quantize_column<S, kTokens, Fp8Format::e4m3>(v[c], qz, c, packed);
+      } else {
+        quantize_column<S, kTokens, Fp8Format::e5m2>(v[c], qz, c, packed);
       }
     }
 
@@ -213,6 +262,27 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
   }
 }
 
+// Column c's codes (in `packed`, as encode_tile left them) times the group's scale `mul`, as the
+// CPU's fp8_to_float(code) * mul; along hidden two codes convert in one instruction.
+template <class S, bool kTokens, Fp8Format F>
+__device__ __forceinline__ void column_values(const uint32_t* packed, int c, float mul,
+                                              float (&v)[S::R]) {
+  constexpr int R = S::R, C = S::C;
+  if constexpr (kTokens) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      v[r] = __fmul_rn(from_fp8(byte_of(packed, r * C + c), F), mul);
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; r += 2) {
+      const float2 f = fp8x2_to_float2<F>(packed[r / 4] >> (8 * (r % 4)));
+      v[r] = __fmul_rn(f.x, mul);
+      v[r + 1] = __fmul_rn(f.y, mul);
+    }
+  }
+}
+
 // The values of the tile's groups (elements outside the group: zero, or NaN in a poisoned
 // group), counting the groups decoded as NaN into `poisoned_groups`.
 template <class S, bool kTokens>
@@ -257,14 +327,27 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes_in, const uint8
   for (int c = 0; c < C; ++c) {
     DecodeScale d{1.f, 1.f, false};
     if (t.n > 0 && c < t.columns) d = read_scale(scales, t.first_group + c, p.num_groups, p.scales);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      v[c][r] = __fmul_rn(from_fp8(byte_of(packed, kTokens ? r * C + c : r), p.format), d.mul);
+    if (p.format == Fp8Format::e4m3) {
+      column_values<S, kTokens, Fp8Format::e4m3>(packed, c, d.mul, v[c]);
+    } else {
+      column_values<S, kTokens, Fp8Format::e5m2>(packed, c, d.mul, v[c]);
     }
     if (p.hadamard) hadamard<R, L, K>(v[c], li, t.full, p.hadamard_scale);
     if (p.scales == Fp8Scales::dual) {
+      // div_by's bounds: with a in [2^-10, 2^10] (the encoder's 1e-3 .. 1e3) and q in
+      // [2^-47, 2^60] every non-zero |x| lies in [2^-85, 2^78] (a non-zero code is at least
+      // 2^-9, so every term code * q, and every non-zero Hadamard sum of them, is a multiple of
+      // an ulp no smaller than q 2^-34), where the remainders of x / a are exact. e5m2 has
+      // infinite codes, which div_by would turn into NaN.
+      if (p.format == Fp8Format::e4m3 && magnitude_within<-10, 10>(d.a) &&
+          magnitude_within<-47, 60>(d.mul)) {
+        const float ra = __frcp_rn(d.a);
 #pragma unroll
-      for (int r = 0; r < R; ++r) v[c][r] = __fdiv_rn(v[c][r], d.a);
+        for (int r = 0; r < R; ++r) v[c][r] = div_by(v[c][r], d.a, ra);
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) v[c][r] = __fdiv_rn(v[c][r], d.a);
+      }
     }
     if (d.poisoned) {
 #pragma unroll

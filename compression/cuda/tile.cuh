@@ -20,6 +20,15 @@
 
 namespace taco::cuda::codec {
 
+// Elements one lane holds along hidden (at most), and the blocks per multiprocessor the kernels
+// are built for (which caps their registers: 2 blocks of 256 threads leave 128 per thread).
+// Overridable with the CMake cache variable TACO_CODEC_TUNING, for benchmarking.
+#ifndef TACO_CODEC_MAX_R
+#define TACO_CODEC_MAX_R 64
+#endif
+#ifndef TACO_CODEC_MIN_BLOCKS
+#define TACO_CODEC_MIN_BLOCKS 2
+#endif
 constexpr int kThreads = 256;
 
 // The per-launch numbers every grouped kernel needs (host-filled).
@@ -42,7 +51,7 @@ constexpr int clamp_lane_elements(int r, int lo, int hi) { return r < lo ? lo : 
 template <int ElementBytes, int G, bool kTokens>
 struct TileShape {
   static constexpr int V = 16 / ElementBytes;  // elements per 16-byte vector
-  static constexpr int R = kTokens ? G / 32 : clamp_lane_elements(G / 2, V, 64);
+  static constexpr int R = kTokens ? G / 32 : clamp_lane_elements(G / 2, V, TACO_CODEC_MAX_R);
   static constexpr int L = G / R;
   static constexpr int K = kTokens ? R : V;  // consecutive group elements per register run
   static constexpr int C = kTokens ? (R <= 8 ? 8 : 4) : 1;

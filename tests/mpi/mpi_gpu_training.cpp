@@ -33,7 +33,7 @@ Config config(const std::string& device, int tp, bool taco) {
                                 "train.micro_batch_size=4",
                                 "train.global_batch_tokens=512",
                                 "train.steps=12",
-                                "train.lr=3e-3",
+                                "train.lr=1e-3",
                                 "train.warmup_steps=3",
                                 "log.every=1000",
                                 "log.eval_every=0",

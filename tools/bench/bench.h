@@ -2,13 +2,18 @@
 // bad arguments throw taco::UserError. Add a subcommand here and in bench_main.cpp's table.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace taco::bench {
 
+// A byte count as given on the command line: a number with an optional unit B, K, M or G (powers
+// of 1024). Anything else throws taco::UserError naming `option`.
+int64_t parse_size(const std::string& option, const std::string& text);
+
 // taco-bench codec [--cpu|--gpu] [--rows R] [--cols C] [--reps N] [--seed S] [--threads T]
-//                  [--json FILE]
+//                  [--min-bytes S] [--max-bytes S] [--json FILE]
 int codec(const std::vector<std::string>& args);
 
 // taco-bench step [--model 124m|350m|1.3b] [--steps N] [--warmup N] [--batch B] [--per-kernel]

@@ -36,6 +36,8 @@ struct Args {
   int reps = 3;
   uint64_t seed = 1234;
   int threads = 0;  // 0: OpenMP's default
+  int64_t min_bytes = int64_t(1) << 20;  // GPU: the message sizes
+  int64_t max_bytes = int64_t(1) << 30;
   std::string json;
 };
 
@@ -68,6 +70,10 @@ Args parse_args(const std::vector<std::string>& a) {
       r.seed = uint64_t(positive("--seed", value(i)));
     } else if (a[i] == "--threads") {
       r.threads = int(positive("--threads", value(i)));
+    } else if (a[i] == "--min-bytes") {
+      r.min_bytes = parse_size("--min-bytes", value(i));
+    } else if (a[i] == "--max-bytes") {
+      r.max_bytes = parse_size("--max-bytes", value(i));
     } else if (a[i] == "--json") {
       r.json = value(i);
     } else {
@@ -75,6 +81,8 @@ Args parse_args(const std::vector<std::string>& a) {
     }
   }
   if (r.cpu && r.gpu) throw UserError("--cpu and --gpu: pick one");
+  if (r.max_bytes < r.min_bytes) throw UserError("--max-bytes is below --min-bytes");
+  if (r.max_bytes > (int64_t(1) << 32)) throw UserError("--max-bytes: at most 4G");
   if (r.rows * r.cols > (int64_t(1) << 28)) {
     throw UserError("--rows x --cols: at most 2^28 elements");
   }
@@ -251,6 +259,8 @@ int codec(const std::vector<std::string>& args) {
       g.reps = a.reps;
       g.seed = a.seed;
       g.json = a.json;
+      g.min_bytes = a.min_bytes;
+      g.max_bytes = a.max_bytes;
       return codec_gpu(g);
     }
     if (a.gpu) throw UserError("--gpu: no CUDA device (or a build without CUDA)");

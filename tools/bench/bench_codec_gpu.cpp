@@ -7,6 +7,7 @@
 // codec's on the same elements. CUDA events, best of --reps after one warm-up.
 #include "tools/bench/bench_codec_gpu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -76,7 +77,10 @@ std::string json_number(double v) {
 }  // namespace
 
 int codec_gpu(const GpuCodecArgs& a) {
-  const size_t max_bytes = size_t(1) << 30;
+  // Messages are [n / kCols, kCols] bf16: sizes are rounded down to whole rows (at least one).
+  const size_t row_bytes = size_t(kCols) * 2;
+  const size_t min_bytes = std::max(row_bytes, size_t(a.min_bytes) / row_bytes * row_bytes);
+  const size_t max_bytes = std::max(min_bytes, size_t(a.max_bytes) / row_bytes * row_bytes);
   const int64_t max_n = int64_t(max_bytes / 2);
   // Gaussian (std 1e-3) bf16, a 1M-element random block repeated (generating 512M normals on the
   // host would dominate the run).
@@ -100,7 +104,8 @@ int codec_gpu(const GpuCodecArgs& a) {
   TACO_CHECK_CUDA(cudaMalloc(&counter, 8));
   TACO_CHECK_CUDA(cudaMalloc(&status, 4));
   for (int64_t i = 0; i < max_n; i += int64_t(block.size())) {
-    TACO_CHECK_CUDA(cudaMemcpy(x + i, block.data(), block.size() * 2, cudaMemcpyHostToDevice));
+    const size_t count = std::min(block.size(), size_t(max_n - i));
+    TACO_CHECK_CUDA(cudaMemcpy(x + i, block.data(), count * 2, cudaMemcpyHostToDevice));
   }
   TACO_CHECK_CUDA(cudaMemset(acc, 0, size_t(max_n) * 4));
   TACO_CHECK_CUDA(cudaMemset(counter, 0, 8));
@@ -120,7 +125,7 @@ int codec_gpu(const GpuCodecArgs& a) {
   std::printf("%9s %-29s %8s %9s %9s %9s %9s %9s %9s %9s\n", "size", "codec", "B/elem", "copy",
               "encode", "decode", "dec+acc", "reduce", "rel L2", "cpu L2");
   std::vector<GpuRow> rows;
-  for (size_t bytes = size_t(1) << 20; bytes <= max_bytes; bytes *= 4) {
+  for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const int64_t n = int64_t(bytes / 2);
     const MessageShape shape{n / kCols, kCols};
     const double copy_ms = best_ms(a.reps, start, stop, [&] {

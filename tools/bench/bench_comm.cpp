@@ -66,24 +66,6 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-int64_t parse_size(const std::string& option, const std::string& text) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw UserError(option + ": '" + text + "' is not a size (e.g. 1M, 256K, 1G)");
-  }
-  const std::string unit = text.substr(used);
-  const double scale = unit.empty() || unit == "B" ? 1
-                       : unit == "K"               ? 1024.0
-                       : unit == "M"               ? 1048576.0
-                       : unit == "G"               ? 1073741824.0
-                                                   : -1;
-  if (scale < 0 || !(v > 0)) throw UserError(option + ": '" + text + "' is not a size (e.g. 1M)");
-  return int64_t(v * scale);
-}
-
 int parse_int(const std::string& option, const std::string& text, int min) {
   int v = 0;
   try {

@@ -6,6 +6,28 @@
 #include "kernels/check.h"
 #include "tools/bench/bench.h"
 
+namespace taco::bench {
+
+int64_t parse_size(const std::string& option, const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw UserError(option + ": '" + text + "' is not a size (e.g. 1M, 256K, 1G)");
+  }
+  const std::string unit = text.substr(used);
+  const double scale = unit.empty() || unit == "B" ? 1
+                       : unit == "K"               ? 1024.0
+                       : unit == "M"               ? 1048576.0
+                       : unit == "G"               ? 1073741824.0
+                                                   : -1;
+  if (scale < 0 || !(v > 0)) throw UserError(option + ": '" + text + "' is not a size (e.g. 1M)");
+  return int64_t(v * scale);
+}
+
+}  // namespace taco::bench
+
 namespace {
 
 struct Subcommand {
@@ -17,9 +39,10 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"codec", taco::bench::codec,
      "codec [--cpu|--gpu] [--rows R] [--cols C] [--reps N] [--seed S] [--threads T]\n"
-     "      [--json FILE]\n"
+     "      [--min-bytes 1M] [--max-bytes 1G] [--json FILE]\n"
      "      GPU (default where one exists): encode, decode, decode-accumulate GB/s of the\n"
-     "      device codecs at 1 MB .. 1 GB of bf16 next to a device memcpy, and their error;\n"
+     "      device codecs at 1 MB .. 1 GB (x4 steps) of bf16 next to a device memcpy, and their\n"
+     "      error;\n"
      "      --cpu: bytes/element, ratio vs bf16, relative and per-channel error and GB/s of\n"
      "      every codec on synthetic activations (DESIGN.md §4)"},
     {"comm", taco::bench::comm,
