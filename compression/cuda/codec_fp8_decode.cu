@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
                          TOut* __restrict__ out, GroupParams p, uint32_t* status,
                          int64_t* nonfinite_groups) {
   if (!block_accepts_header(in, size, expect, status)) return;
-  using S = TileShape<int(sizeof(TOut)), G, kTokens>;
+  using S = TileShape<int(sizeof(TOut)), G, kTokens, TACO_CODEC_DECODE_MAX_R>;
   constexpr int R = S::R, L = S::L, C = S::C, kRun = S::kRun;
   const Sink<TOut, kAccumulate> sink{out};
   const int lane = threadIdx.x % 32, li = lane % L;
@@ -73,11 +73,26 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
 
-  for (int64_t t0 = warp * S::kTilesPerWarp; t0 < p.tiles; t0 += warps * S::kTilesPerWarp) {
-    const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
+  // With kPrefetch each warp reads its next tile's codes and scales before the arithmetic of the
+  // current one, so that the loads are in flight while it computes (past the end, tile_at gives
+  // an empty tile and nothing is read).
+  constexpr bool kPrefetch = TACO_CODEC_DECODE_PREFETCH != 0;
+  const int64_t step = warps * S::kTilesPerWarp;
+  int64_t t0 = warp * S::kTilesPerWarp;
+  TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
+  CodedTile<S> ct;
+  if constexpr (kPrefetch) load_coded_tile<S, kTokens>(codes_in, scales, t, p, ct);
+  for (; t0 < p.tiles; t0 += step) {
+    const TileRef tn = tile_at<S, G, kTokens>(t0 + step + lane / L, li, p);
+    CodedTile<S> next;
+    if constexpr (kPrefetch) {
+      load_coded_tile<S, kTokens>(codes_in, scales, tn, p, next);
+    } else {
+      load_coded_tile<S, kTokens>(codes_in, scales, t, p, ct);
+    }
 
     float v[C][R];
-    decode_tile<S, kTokens>(codes_in, scales, t, li, p, v, poisoned_groups);
+    decode_loaded_tile<S, kTokens>(ct, t, li, p, v, poisoned_groups);
 
     if constexpr (kTokens) {
 #pragma unroll
@@ -109,6 +124,8 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
         }
       }
     }
+    if constexpr (kPrefetch) ct = next;
+    t = tn;
   }
   if (poisoned_groups != 0 && nonfinite_groups != nullptr) {
     atomicAdd(reinterpret_cast<unsigned long long*>(nonfinite_groups),
@@ -181,7 +198,7 @@ struct DecodeArgs {
 
 template <class TOut, int G, bool kTokens, bool kAccumulate>
 void launch_decode_groups(const DecodeArgs& a, TOut* out) {
-  using S = TileShape<int(sizeof(TOut)), G, kTokens>;
+  using S = TileShape<int(sizeof(TOut)), G, kTokens, TACO_CODEC_DECODE_MAX_R>;
   GroupParams p = a.p;
   set_tiles<S, G, kTokens>(p, detail::aligned16(out));
   const unsigned blocks = grid_for(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp);

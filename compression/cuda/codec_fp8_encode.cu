@@ -12,6 +12,40 @@ namespace taco::cuda {
 namespace codec {
 namespace {
 
+// One lane's 16-byte runs of a tile along hidden, as loaded (zero outside the group).
+template <class T, class S>
+struct RawRuns {
+  uint4 w[S::R / S::V];
+};
+
+template <class T, class S>
+__device__ __forceinline__ void load_runs(const T* x, const TileRef& t, RawRuns<T, S>& raw) {
+#pragma unroll
+  for (int j = 0; j < S::R / S::V; ++j) {
+    const int k = j * S::V;
+    raw.w[j] = t.r0 + S::offset(k) < t.n
+                   ? __ldg(reinterpret_cast<const uint4*>(x + t.base + S::offset(k)))
+                   : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <class T, class S>
+__device__ __forceinline__ void unpack_runs(const RawRuns<T, S>& raw, float (&v)[S::R]) {
+#pragma unroll
+  for (int j = 0; j < S::R / S::V; ++j) {
+    const uint32_t w[4] = {raw.w[j].x, raw.w[j].y, raw.w[j].z, raw.w[j].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (sizeof(T) == 2) {  // two bf16 per word
+        v[j * 8 + 2 * i] = __uint_as_float(w[i] << 16);
+        v[j * 8 + 2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+      } else {
+        v[j * 4 + i] = __uint_as_float(w[i]);
+      }
+    }
+  }
+}
+
 // x [rows, cols] (fp32 or bf16 bits) -> codes and scales of `out`, one warp per 32 / L tiles.
 template <class T, int G, bool kTokens>
 __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
@@ -28,7 +62,30 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
 
-  for (int64_t t0 = warp * S::kTilesPerWarp; t0 < p.tiles; t0 += warps * S::kTilesPerWarp) {
+  const int64_t step = warps * S::kTilesPerWarp;
+  if constexpr (!kTokens) {
+    if (p.vectorized) {
+      // Along hidden with aligned rows: each warp reads its next tile before the arithmetic of
+      // the current one, so that the loads are in flight while it computes (past the end,
+      // tile_at gives an empty tile and nothing is read).
+      int64_t t0 = warp * S::kTilesPerWarp;
+      TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
+      RawRuns<T, S> raw;
+      load_runs(x, t, raw);
+      for (; t0 < p.tiles; t0 += step) {
+        const TileRef tn = tile_at<S, G, kTokens>(t0 + step + lane / L, li, p);
+        float v[1][R];
+        unpack_runs(raw, v[0]);
+        load_runs(x, tn, raw);
+        encode_tile<S, kTokens>(v, t, li, p, codes_out, scales, poisoned_groups);
+        t = tn;
+      }
+      add_count(nonfinite_groups, poisoned_groups);
+      return;
+    }
+  }
+
+  for (int64_t t0 = warp * S::kTilesPerWarp; t0 < p.tiles; t0 += step) {
     const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
 
     // Load: invalid elements are zero (they change neither the sum of squares nor the absmax).

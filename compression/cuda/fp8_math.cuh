@@ -135,7 +135,10 @@ __device__ __forceinline__ float std_min(float a, float b) { return (b < a) ? b 
 
 // a = clamp(fp8_max / sqrt(ss / n + lambda), 1e-3, 1e3), ss the tree sum of squares.
 __device__ __forceinline__ float adaptive_scale(float ss, int n, float target) {
-  const float a = __fdiv_rn(target, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, float(n)), kLambda)));
+  // ss / n is ss * 2^-k exactly for n = 2^k (both round the same real number)
+  const float mean =
+      (n & (n - 1)) == 0 ? __fmul_rn(ss, __fdiv_rn(1.f, float(n))) : __fdiv_rn(ss, float(n));
+  const float a = __fdiv_rn(target, __fsqrt_rn(__fadd_rn(mean, kLambda)));
   return std_min(std_max(a, kMinAdaptive), kMaxAdaptive);
 }
 
@@ -175,11 +178,13 @@ struct Quantizer {
 // e5m2), and below it every code is a signed zero whichever way the last bit falls.
 constexpr int kQuantizerMinExp = -85, kQuantizerMaxExp = 120;
 
-__device__ __forceinline__ Quantizer make_quantizer(float m, int ea, Fp8Scales scales,
-                                                    float target) {
+// rtarget = 1 / target rounded (target: 448 or 57344, so m / target is div_by's for m in
+// [2^-90, 2^120]).
+__device__ __forceinline__ Quantizer make_quantizer(float m, int ea, Fp8Scales scales, float target,
+                                                    float rtarget) {
   Quantizer qz{Quantizer::kZero, 0.f, 0.f, 1.f, 1.f, 0};
   if (scales != Fp8Scales::e8m0) {
-    qz.q = __fdiv_rn(m, target);
+    qz.q = magnitude_within<-90, 120>(m) ? div_by(m, target, rtarget) : __fdiv_rn(m, target);
     if (qz.q > 0.f) {
       const bool fast = magnitude_within<kQuantizerMinExp, kQuantizerMaxExp>(qz.q);
       qz.mode = fast ? Quantizer::kDiv : Quantizer::kExactDiv;
@@ -231,6 +236,27 @@ __device__ __forceinline__ float group_max(float m) {
 #pragma unroll
   for (int o = L / 2; o >= 1; o /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
   return m;
+}
+
+// max |v[r]| over a lane's registers as a tree of 8 chains (max is exact in any order; kNan:
+// a NaN wins, else NaN operands are ignored as fmaxf does).
+template <bool kNan, int R>
+__device__ __forceinline__ float lane_max_abs(const float (&v)[R]) {
+  constexpr int A = R < 8 ? R : 8;
+  float acc[A];
+#pragma unroll
+  for (int k = 0; k < A; ++k) acc[k] = 0.f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    acc[r % A] = kNan ? max_abs_nan(acc[r % A], v[r]) : fmaxf(acc[r % A], fabsf(v[r]));
+  }
+#pragma unroll
+  for (int w = A / 2; w >= 1; w /= 2) {
+#pragma unroll
+    for (int k = 0; k < w; ++k)
+      acc[k] = kNan ? max_abs_nan(acc[k], acc[k + w]) : fmaxf(acc[k], acc[k + w]);
+  }
+  return acc[0];
 }
 
 // group_max keeping NaN (values are non-negative).

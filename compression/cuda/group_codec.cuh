@@ -56,6 +56,7 @@ inline GroupParams group_params(const Fp8DeviceMessage& m) {
   p.hadamard = s.hadamard;
   p.hadamard_scale = s.group > 0 ? hadamard_scale(int(s.group)) : 1.f;
   p.target = fp8_max(s.format);
+  p.rtarget = 1.f / p.target;
   return p;
 }
 
@@ -127,8 +128,8 @@ __device__ __forceinline__ void quantize_column(const float (&v)[S::R], const Qu
   } else {
 #pragma unroll
     for (int r = 0; r < R; r += 2) {
-      const uint32_t pair = to_fp8x2<F>(qz.template scaled<kMode>(v[r]),
-                                        qz.template scaled<kMode>(v[r + 1]));
+      const uint32_t pair =
+          to_fp8x2<F>(qz.template scaled<kMode>(v[r]), qz.template scaled<kMode>(v[r + 1]));
       packed[r / 4] |= pair << (8 * (r % 4));
     }
   }
@@ -175,9 +176,7 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
       ss = tree_sum<R, L, K>(sq);
       finite = is_finite(ss);
     } else {
-#pragma unroll
-      for (int r = 0; r < R; ++r) m = max_abs_nan(m, v[c][r]);
-      m = group_max_nan<L>(m);
+      m = group_max_nan<L>(lane_max_abs<true>(v[c]));
       finite = is_finite(m);
     }
     int bad = 0;
@@ -196,11 +195,9 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
 #pragma unroll
       for (int r = 0; r < R; ++r) v[c][r] = __fmul_rn(v[c][r], a);
       hadamard<R, L, K>(v[c], li, t.full, p.hadamard_scale);
-#pragma unroll
-      for (int r = 0; r < R; ++r) m = fmaxf(m, fabsf(v[c][r]));
-      m = group_max<L>(m);
+      m = group_max<L>(lane_max_abs<false>(v[c]));
     }
-    const Quantizer qz = make_quantizer(m, ea, p.scales, p.target);
+    const Quantizer qz = make_quantizer(m, ea, p.scales, p.target, p.rtarget);
     if (bad == 0) {
       if (p.format == Fp8Format::e4m3) {
         quantize_column<S, kTokens, Fp8Format::e4m3>(v[c], qz, c, packed);
@@ -283,14 +280,19 @@ __device__ __forceinline__ void column_values(const uint32_t* packed, int c, flo
   }
 }
 
-// The values of the tile's groups (elements outside the group: zero, or NaN in a poisoned
-// group), counting the groups decoded as NaN into `poisoned_groups`.
+// A tile's codes and scales as read from a message: loaded one tile ahead of its arithmetic.
+template <class S>
+struct CodedTile {
+  uint32_t packed[S::R * S::C / 4];  // codes: tokens [r][c], hidden [r]
+  DecodeScale scale[S::C];
+};
+
 template <class S, bool kTokens>
-__device__ __forceinline__ void decode_tile(const uint8_t* codes_in, const uint8_t* scales,
-                                            const TileRef& t, int li, const GroupParams& p,
-                                            float (&v)[S::C][S::R], int64_t& poisoned_groups) {
-  constexpr int R = S::R, L = S::L, K = S::K, C = S::C, kRun = S::kRun;
-  uint32_t packed[R * C / 4];  // codes: tokens [r][c], hidden [r]
+__device__ __forceinline__ void load_coded_tile(const uint8_t* codes_in, const uint8_t* scales,
+                                                const TileRef& t, const GroupParams& p,
+                                                CodedTile<S>& ct) {
+  constexpr int R = S::R, C = S::C, kRun = S::kRun;
+  uint32_t* packed = ct.packed;
 #pragma unroll
   for (int w = 0; w < R * C / 4; ++w) packed[w] = 0;
   if constexpr (kTokens) {
@@ -322,11 +324,26 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes_in, const uint8
       }
     }
   }
-
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    DecodeScale d{1.f, 1.f, false};
-    if (t.n > 0 && c < t.columns) d = read_scale(scales, t.first_group + c, p.num_groups, p.scales);
+    ct.scale[c] = DecodeScale{1.f, 1.f, false};
+    if (t.n > 0 && c < t.columns) {
+      ct.scale[c] = read_scale(scales, t.first_group + c, p.num_groups, p.scales);
+    }
+  }
+}
+
+// The values of a loaded tile's groups (elements outside the group: zero, or NaN in a poisoned
+// group), counting the groups decoded as NaN into `poisoned_groups`.
+template <class S, bool kTokens>
+__device__ __forceinline__ void decode_loaded_tile(const CodedTile<S>& ct, const TileRef& t, int li,
+                                                   const GroupParams& p, float (&v)[S::C][S::R],
+                                                   int64_t& poisoned_groups) {
+  constexpr int R = S::R, L = S::L, K = S::K, C = S::C;
+  const uint32_t* packed = ct.packed;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const DecodeScale d = ct.scale[c];
     if (p.format == Fp8Format::e4m3) {
       column_values<S, kTokens, Fp8Format::e4m3>(packed, c, d.mul, v[c]);
     } else {
@@ -355,6 +372,16 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes_in, const uint8
       if (li == 0) ++poisoned_groups;
     }
   }
+}
+
+// decode_loaded_tile of the tile at t.
+template <class S, bool kTokens>
+__device__ __forceinline__ void decode_tile(const uint8_t* codes_in, const uint8_t* scales,
+                                            const TileRef& t, int li, const GroupParams& p,
+                                            float (&v)[S::C][S::R], int64_t& poisoned_groups) {
+  CodedTile<S> ct;
+  load_coded_tile<S, kTokens>(codes_in, scales, t, p, ct);
+  decode_loaded_tile<S, kTokens>(ct, t, li, p, v, poisoned_groups);
 }
 
 }  // namespace taco::cuda::codec

@@ -24,10 +24,18 @@ namespace taco::cuda::codec {
 // are built for (which caps their registers: 2 blocks of 256 threads leave 128 per thread).
 // Overridable with the CMake cache variable TACO_CODEC_TUNING, for benchmarking.
 #ifndef TACO_CODEC_MAX_R
-#define TACO_CODEC_MAX_R 64
+#define TACO_CODEC_MAX_R 32
 #endif
 #ifndef TACO_CODEC_MIN_BLOCKS
 #define TACO_CODEC_MIN_BLOCKS 2
+#endif
+// The decode kernel's own cap on R (it holds no input run for the next tile, so more fits), and
+// whether it reads the next tile's codes before the arithmetic of the current one.
+#ifndef TACO_CODEC_DECODE_MAX_R
+#define TACO_CODEC_DECODE_MAX_R 32
+#endif
+#ifndef TACO_CODEC_DECODE_PREFETCH
+#define TACO_CODEC_DECODE_PREFETCH 1
 #endif
 constexpr int kThreads = 256;
 
@@ -44,14 +52,15 @@ struct GroupParams {
   bool vectorized = false;  // 16-byte aligned pointers and rows that keep vectors aligned
   float hadamard_scale = 1.f;
   float target = 448.f;
+  float rtarget = 1.f / 448.f;  // 1 / target, rounded to nearest
 };
 
 constexpr int clamp_lane_elements(int r, int lo, int hi) { return r < lo ? lo : r > hi ? hi : r; }
 
-template <int ElementBytes, int G, bool kTokens>
+template <int ElementBytes, int G, bool kTokens, int MaxR = TACO_CODEC_MAX_R>
 struct TileShape {
   static constexpr int V = 16 / ElementBytes;  // elements per 16-byte vector
-  static constexpr int R = kTokens ? G / 32 : clamp_lane_elements(G / 2, V, TACO_CODEC_MAX_R);
+  static constexpr int R = kTokens ? G / 32 : clamp_lane_elements(G / 2, V, MaxR);
   static constexpr int L = G / R;
   static constexpr int K = kTokens ? R : V;  // consecutive group elements per register run
   static constexpr int C = kTokens ? (R <= 8 ? 8 : 4) : 1;
@@ -80,7 +89,16 @@ __device__ __forceinline__ TileRef tile_at(int64_t tile, int li, const GroupPara
   constexpr int C = S::C;
   TileRef t{0, 1, 0, 0, 0, li * S::K, false};
   if (tile >= p.tiles) return t;
-  const int64_t major = tile / p.tiles_per_row, minor = tile % p.tiles_per_row;
+  // 32-bit division where it suffices (a 64-bit one is a long software sequence)
+  int64_t major, minor;
+  if (p.tiles <= INT32_MAX && p.tiles_per_row <= INT32_MAX) {
+    const uint32_t tu = uint32_t(tile), per = uint32_t(p.tiles_per_row);
+    major = tu / per;
+    minor = tu - uint32_t(major) * per;
+  } else {
+    major = tile / p.tiles_per_row;
+    minor = tile % p.tiles_per_row;
+  }
   if constexpr (kTokens) {
     const int64_t c0 = minor * C;
     t.n = int(min(int64_t(G), p.rows - major * G));

@@ -35,7 +35,7 @@ struct Args {
   int64_t cols = 768;
   int reps = 3;
   uint64_t seed = 1234;
-  int threads = 0;  // 0: OpenMP's default
+  int threads = 0;                       // 0: OpenMP's default
   int64_t min_bytes = int64_t(1) << 20;  // GPU: the message sizes
   int64_t max_bytes = int64_t(1) << 30;
   std::string json;
