@@ -12,6 +12,13 @@ namespace taco::cuda {
 namespace codec {
 namespace {
 
+// The decode kernels' tile shape (tile.cuh): R up to TACO_CODEC_DECODE_MAX_R for bf16 outputs,
+// TACO_CODEC_DECODE_F32_MAX_R for fp32 ones.
+template <class TOut, int G, bool kTokens>
+using DecodeShape =
+    TileShape<int(sizeof(TOut)), G, kTokens,
+              sizeof(TOut) == 2 ? TACO_CODEC_DECODE_MAX_R : TACO_CODEC_DECODE_F32_MAX_R>;
+
 // Where decoded values go: fp32 (store or accumulate) or bf16 bits.
 template <class TOut, bool kAccumulate>
 struct Sink {
@@ -63,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
                          TOut* __restrict__ out, GroupParams p, uint32_t* status,
                          int64_t* nonfinite_groups) {
   if (!block_accepts_header(in, size, expect, status)) return;
-  using S = TileShape<int(sizeof(TOut)), G, kTokens, TACO_CODEC_DECODE_MAX_R>;
+  using S = DecodeShape<TOut, G, kTokens>;
   constexpr int R = S::R, L = S::L, C = S::C, kRun = S::kRun;
   const Sink<TOut, kAccumulate> sink{out};
   const int lane = threadIdx.x % 32, li = lane % L;
@@ -198,7 +205,7 @@ struct DecodeArgs {
 
 template <class TOut, int G, bool kTokens, bool kAccumulate>
 void launch_decode_groups(const DecodeArgs& a, TOut* out) {
-  using S = TileShape<int(sizeof(TOut)), G, kTokens, TACO_CODEC_DECODE_MAX_R>;
+  using S = DecodeShape<TOut, G, kTokens>;
   GroupParams p = a.p;
   set_tiles<S, G, kTokens>(p, detail::aligned16(out));
   const unsigned blocks = grid_for(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp);

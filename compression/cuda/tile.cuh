@@ -1,15 +1,16 @@
 // How the grouped FP8 kernels cut a message into per-warp tiles, and their vector memory access.
 //
 // Along hidden (groups of G consecutive elements of a row) a tile is one group held by L lanes,
-// R elements each: R = G / 2 (at least one 16-byte vector of V elements, at most 64), so most
-// butterflies of the Hadamard transform and of the sum of squares stay in registers and only
-// log2(L) stages cross lanes. A lane's R elements are J = R / V vectors, interleaved with its
-// partners' so that a warp's vector loads are contiguous: register r = j * V + k holds group
-// element (j * L + li) * V + k. Along tokens (groups of G consecutive rows of one column) a tile
-// is C adjacent columns x G rows: L = 32 lanes, each holding R = G / 32 consecutive rows of the
-// C columns (one C-element vector load per row). A warp runs 32 / L tiles side by side.
-// In both, values sit in v[c][r] (column, i.e. group, c) and register r holds group element
-// li * K + (r / K) * L * K + r % K, with K = V along hidden and K = R along tokens (J = 1).
+// R elements each: R = G / 2, at least one 16-byte vector of V elements and at most
+// TACO_CODEC_MAX_R (32; the bf16 decode 64, see below), so most butterflies of the Hadamard
+// transform and of the sum of squares stay in registers and only log2(L) stages cross lanes. A
+// lane's R elements are J = R / V vectors, interleaved with its partners' so that a warp's vector
+// loads are contiguous: register r = j * V + k holds group element (j * L + li) * V + k. Along
+// tokens (groups of G consecutive rows of one column) a tile is C adjacent columns x G rows: L = 32
+// lanes, each holding R = G / 32 consecutive rows of the C columns (one C-element vector load per
+// row). A warp runs 32 / L tiles side by side. In both, values sit in v[c][r] (column, i.e. group,
+// c) and register r holds group element li * K + (r / K) * L * K + r % K, with K = V along hidden
+// and K = R along tokens (J = 1).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,10 +30,16 @@ namespace taco::cuda::codec {
 #ifndef TACO_CODEC_MIN_BLOCKS
 #define TACO_CODEC_MIN_BLOCKS 2
 #endif
-// The decode kernel's own cap on R (it holds no input run for the next tile, so more fits), and
-// whether it reads the next tile's codes before the arithmetic of the current one.
+// The decode kernel's own caps on R, for bf16 and for fp32 outputs (it holds codes, not input
+// runs, for the next tile, so more fits; measured on an H200, tools/bench/RESULTS.md: bf16 taco
+// G=128 decodes at 2875 GB/s with 64 and 2444 with 32, the fp32 decode-accumulate at 2059 with
+// 64 and 2244 with 32), and whether it reads the next tile's codes before the arithmetic of the
+// current one.
 #ifndef TACO_CODEC_DECODE_MAX_R
-#define TACO_CODEC_DECODE_MAX_R 32
+#define TACO_CODEC_DECODE_MAX_R 64
+#endif
+#ifndef TACO_CODEC_DECODE_F32_MAX_R
+#define TACO_CODEC_DECODE_F32_MAX_R 32
 #endif
 #ifndef TACO_CODEC_DECODE_PREFETCH
 #define TACO_CODEC_DECODE_PREFETCH 1
