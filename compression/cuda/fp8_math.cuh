@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "compression/cuda/div_by.h"
 #include "kernels/codec_fp8.h"
 
 namespace taco::cuda::codec {
@@ -72,30 +73,6 @@ __device__ __forceinline__ float2 fp8x2_to_float2(uint32_t pair) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair & 0xFFFFu),
                                                    F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2);
   return __half22float2(__half2(h));
-}
-
-// y / d rounded to nearest even, bit for bit __fdiv_rn(y, d), from rd = __frcp_rn(d) computed
-// once per group: the quotient y * rd and two remainder corrections (each remainder y - d * z is
-// exact in one FMA), the sequence of CUDA's own division after its reciprocal. Valid where the
-// remainders do not underflow and nothing overflows: d normal and the exponents of d and y / d
-// summing to at least -103 (callers check a per-group bound). The corrections are written as
-// z - (d * z - y) * rd, which keeps the sign of a zero y (the textbook z + (y - d * z) * rd
-// turns -0 into +0).
-__device__ __forceinline__ float div_by(float y, float d, float rd) {
-  float z = __fmul_rn(y, rd);
-  float n = __fmaf_rn(d, z, -y);
-  z = __fmaf_rn(-n, rd, z);
-  n = __fmaf_rn(d, z, -y);
-  return __fmaf_rn(-n, rd, z);
-}
-
-// |x| is within [2^lo, 2^hi] (normal, finite): the bounds of div_by's fast path.
-template <int kLo, int kHi>
-__device__ __forceinline__ bool magnitude_within(float x) {
-  static_assert(kLo > -126 && kHi < 128 && kLo < kHi, "normal bounds");
-  const uint32_t u = __float_as_uint(x) & 0x7FFFFFFFu;
-  constexpr uint32_t lo = uint32_t(kLo + 127) << 23, hi = uint32_t(kHi + 127) << 23;
-  return u - lo <= hi - lo;
 }
 
 // max(m, |x|), NaN if either is NaN (fmaxf ignores a NaN operand).
@@ -173,18 +150,13 @@ struct Quantizer {
   }
 };
 
-// div_by's bounds for the quantizer's y / q, |y| <= m = 448 q: for q in [2^-85, 2^120] the
-// remainders are exact wherever the quotient reaches FP8's smallest rounding boundary (2^-17,
-// e5m2), and below it every code is a signed zero whichever way the last bit falls.
-constexpr int kQuantizerMinExp = -85, kQuantizerMaxExp = 120;
-
-// rtarget = 1 / target rounded (target: 448 or 57344, so m / target is div_by's for m in
-// [2^-90, 2^120]).
+// rtarget = 1 / target rounded (m / target through div_by within kScale*Exp).
 __device__ __forceinline__ Quantizer make_quantizer(float m, int ea, Fp8Scales scales, float target,
                                                     float rtarget) {
   Quantizer qz{Quantizer::kZero, 0.f, 0.f, 1.f, 1.f, 0};
   if (scales != Fp8Scales::e8m0) {
-    qz.q = magnitude_within<-90, 120>(m) ? div_by(m, target, rtarget) : __fdiv_rn(m, target);
+    qz.q = magnitude_within<kScaleMinExp, kScaleMaxExp>(m) ? div_by(m, target, rtarget)
+                                                           : __fdiv_rn(m, target);
     if (qz.q > 0.f) {
       const bool fast = magnitude_within<kQuantizerMinExp, kQuantizerMaxExp>(qz.q);
       qz.mode = fast ? Quantizer::kDiv : Quantizer::kExactDiv;

@@ -351,13 +351,11 @@ __device__ __forceinline__ void decode_loaded_tile(const CodedTile<S>& ct, const
     }
     if (p.hadamard) hadamard<R, L, K>(v[c], li, t.full, p.hadamard_scale);
     if (p.scales == Fp8Scales::dual) {
-      // div_by's bounds: with a in [2^-10, 2^10] (the encoder's 1e-3 .. 1e3) and q in
-      // [2^-47, 2^60] every non-zero |x| lies in [2^-85, 2^78] (a non-zero code is at least
-      // 2^-9, so every term code * q, and every non-zero Hadamard sum of them, is a multiple of
-      // an ulp no smaller than q 2^-34), where the remainders of x / a are exact. e5m2 has
-      // infinite codes, which div_by would turn into NaN.
-      if (p.format == Fp8Format::e4m3 && magnitude_within<-10, 10>(d.a) &&
-          magnitude_within<-47, 60>(d.mul)) {
+      // div_by within its bounds (div_by.h); e5m2 has infinite codes, which div_by would
+      // turn into NaN.
+      if (p.format == Fp8Format::e4m3 && d.a > 0.f &&
+          magnitude_within<kDecodeAMinExp, kDecodeAMaxExp>(d.a) &&
+          magnitude_within<kDecodeQMinExp, kDecodeQMaxExp>(d.mul)) {
         const float ra = __frcp_rn(d.a);
 #pragma unroll
         for (int r = 0; r < R; ++r) v[c][r] = div_by(v[c][r], d.a, ra);
