@@ -62,7 +62,7 @@ struct DataSection {
 struct CheckpointSection {
   std::string dir;  // "" = <run dir>/ckpt
   int every = 0;    // 0 = only on SIGINT/SIGTERM and at the end
-  int keep = 3;
+  int keep = 3;     // newest complete checkpoints kept; 0 = write none (benchmark runs)
   std::string resume = "false";  // false | true | auto
 };
 

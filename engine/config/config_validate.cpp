@@ -34,7 +34,10 @@ class Validator {
     if (c_.data.train.empty()) fail("data.train", "no value", "a path or glob of token shards");
     compression();
     at_least("checkpoint.every", c_.checkpoint.every, 0);
-    at_least("checkpoint.keep", c_.checkpoint.keep, 1);
+    at_least("checkpoint.keep", c_.checkpoint.keep, 0);
+    if (c_.checkpoint.keep == 0 && c_.checkpoint.resume != "false")
+      fail("checkpoint.resume", "'" + c_.checkpoint.resume + "' with checkpoint.keep = 0",
+           "false (keep 0 writes no checkpoints), or checkpoint.keep >= 1");
     at_least("log.every", c_.log.every, 1);
     at_least("log.eval_every", c_.log.eval_every, 0);
     at_least("log.eval_batches", c_.log.eval_batches, 1);

@@ -258,7 +258,7 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
 
   // Checkpoints: resume from the newest usable one, or start fresh where none may be lost.
   const std::string metrics_path = ctx.run_dir.empty() ? "" : ctx.run_dir + "/metrics.jsonl";
-  if (!ctx.run_dir.empty()) {
+  if (!ctx.run_dir.empty() && config.checkpoint.keep > 0) {
     const auto& ck = config.checkpoint;
     const std::string dir = ck.dir.empty() ? ctx.run_dir + "/ckpt" : ck.dir;
     s.checkpointer = std::make_unique<Checkpointer>(dir, ck.keep, ctx.world);

@@ -174,6 +174,15 @@ TEST(CheckpointResume, DamagedOrPartialNewestFallsBackToAnOlderOne) {
   expect_continues_straight_run(resumed.run(), 6);
 }
 
+TEST(CheckpointResume, KeepZeroWritesNone) {
+  const std::string dir = test::scratch_dir("ckpt_keep0");
+  const TrainHistory h =
+      Trainer(small_config({"checkpoint.every=2", "checkpoint.keep=0"}), in_dir(dir)).run();
+  EXPECT_EQ(h.steps_done, kSteps);
+  EXPECT_FALSE(fs::exists(dir + "/ckpt"));
+  EXPECT_TRUE(fs::exists(dir + "/metrics.jsonl"));
+}
+
 TEST(CheckpointResume, KeepsOnlyTheNewestAndSavesAtTheEnd) {
   const std::string dir = test::scratch_dir("ckpt_keep");
   Trainer(small_config({"checkpoint.every=2", "checkpoint.keep=2"}), in_dir(dir)).run();

@@ -103,6 +103,25 @@ TEST(Config, TinyCpuFileLoadsAsTheStructDefaults) {
   expect_same_config(c, Config{});
 }
 
+TEST(Config, EveryShippedGpuConfigLoadsWithItsShape) {
+  struct Shape {
+    const char* file;
+    int n_layer, n_head, d_model, seq_len;
+  };
+  for (const Shape& s :
+       {Shape{"gpt2-124m.yaml", 12, 12, 768, 1024}, Shape{"gpt2-350m.yaml", 24, 16, 1024, 1024},
+        Shape{"gpt-1.3b.yaml", 24, 16, 2048, 2048}, Shape{"gpt-2.7b.yaml", 32, 40, 2560, 2048}}) {
+    const Config c = taco::load_config_file(taco::test::source_dir() + "/configs/" + s.file);
+    EXPECT_EQ(c.model.n_layer, s.n_layer) << s.file;
+    EXPECT_EQ(c.model.n_head, s.n_head) << s.file;
+    EXPECT_EQ(c.model.d_model, s.d_model) << s.file;
+    EXPECT_EQ(c.model.seq_len, s.seq_len) << s.file;
+    const int head = c.model.d_model / c.model.n_head;
+    EXPECT_TRUE(head == 64 || head == 128) << s.file << ": the fused attention's head sizes";
+    EXPECT_EQ(c.train.device, "cuda") << s.file;
+  }
+}
+
 TEST(Config, EmbeddedDefaultLoads) {
   const Config c = load_config_text(taco::kDefaultConfigYaml, taco::kDefaultConfigName);
   EXPECT_EQ(c.source, taco::kDefaultConfigName);
@@ -385,6 +404,11 @@ const std::vector<BadInput> kBadInputs = {
    {"compression.default.scales: unknown value 'triple'", "expected one of dual, single, e8m0"}},
   {"BadResume", with_model("checkpoint: { resume: maybe }\n"), {}, "bad.yaml:2: ",
    {"checkpoint.resume: unknown value 'maybe'", "expected one of false, true, auto"}},
+  {"NegativeKeep", with_model("checkpoint: { keep: -1 }\n"), {}, "bad.yaml:2: ",
+   {"checkpoint.keep: -1 is too small", "expected an integer >= 0"}},
+  {"ResumeWithoutCheckpoints", with_model("checkpoint: { keep: 0, resume: auto }\n"), {},
+   "bad.yaml:2: ",
+   {"checkpoint.resume: 'auto' with checkpoint.keep = 0", "checkpoint.keep >= 1"}},
   {"HeadsDoNotDivideWidth", model_with("n_head: 3"), {}, "bad.yaml:1: ",
    {"model.d_model: 128 is not divisible by model.n_head = 3", "expected a multiple of n_head"}},
   {"ZeroLayers", model_with("n_layer: 0"), {}, "bad.yaml:1: ",
