@@ -80,23 +80,18 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
 
-  // With kPrefetch each warp reads its next tile's codes and scales before the arithmetic of the
-  // current one, so that the loads are in flight while it computes (past the end, tile_at gives
-  // an empty tile and nothing is read).
-  constexpr bool kPrefetch = TACO_CODEC_DECODE_PREFETCH != 0;
+  // Each warp reads its next tile's codes and scales before the arithmetic of the current one, so
+  // that the loads are in flight while it computes (past the end, tile_at gives an empty tile and
+  // nothing is read).
   const int64_t step = warps * S::kTilesPerWarp;
   int64_t t0 = warp * S::kTilesPerWarp;
   TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
   CodedTile<S> ct;
-  if constexpr (kPrefetch) load_coded_tile<S, kTokens>(codes_in, scales, t, p, ct);
+  load_coded_tile<S, kTokens>(codes_in, scales, t, p, ct);
   for (; t0 < p.tiles; t0 += step) {
     const TileRef tn = tile_at<S, G, kTokens>(t0 + step + lane / L, li, p);
     CodedTile<S> next;
-    if constexpr (kPrefetch) {
-      load_coded_tile<S, kTokens>(codes_in, scales, tn, p, next);
-    } else {
-      load_coded_tile<S, kTokens>(codes_in, scales, t, p, ct);
-    }
+    load_coded_tile<S, kTokens>(codes_in, scales, tn, p, next);
 
     float v[C][R];
     decode_loaded_tile<S, kTokens>(ct, t, li, p, v, poisoned_groups);
@@ -131,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
         }
       }
     }
-    if constexpr (kPrefetch) ct = next;
+    ct = next;
     t = tn;
   }
   if (poisoned_groups != 0 && nonfinite_groups != nullptr) {

@@ -194,19 +194,19 @@ template <class T>
 __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     tensor_codes_kernel(const T* __restrict__ x, int64_t n, uint8_t* __restrict__ out,
                         uint64_t scales_offset, Fp8Format format, bool vectorized) {
-  const float q = get_f32(out + scales_offset);
-  const bool poisoned = !(q == q);
+  // A poisoned (NaN) or zero scale: every code 0.
+  const Quantizer qz = quotient_quantizer(get_f32(out + scales_offset));
   uint8_t* codes = out + wire::kHeaderBytes;
   auto code = [&](float v) -> uint32_t {
-    return poisoned || !(q > 0.f) ? 0u : uint32_t(to_fp8(__fdiv_rn(v, q), format));
+    return qz.mode == Quantizer::kZero
+               ? 0u
+               : uint32_t(to_fp8(qz.scaled<Quantizer::kExactDiv>(v), format));
   };
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t start = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t runs = vectorized ? n / kTensorRun : 0;
   // The common case (a usable scale within div_by's bounds, e4m3): two codes per conversion.
-  const bool fast = !poisoned && format == Fp8Format::e4m3 &&
-                    magnitude_within<kQuantizerMinExp, kQuantizerMaxExp>(q);
-  const float rq = fast ? __frcp_rn(q) : 0.f;
+  const bool fast = qz.mode == Quantizer::kDiv && format == Fp8Format::e4m3;
   for (int64_t i = start; i < runs; i += stride) {
     float run[kTensorRun];
     load_run<kTensorRun>(x + i * kTensorRun, run);
@@ -214,7 +214,8 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     if (fast) {
 #pragma unroll
       for (int k = 0; k < kTensorRun; k += 2) {
-        w[k / 4] |= to_fp8x2<Fp8Format::e4m3>(div_by(run[k], q, rq), div_by(run[k + 1], q, rq))
+        w[k / 4] |= to_fp8x2<Fp8Format::e4m3>(qz.scaled<Quantizer::kDiv>(run[k]),
+                                              qz.scaled<Quantizer::kDiv>(run[k + 1]))
                     << (8 * (k % 4));
       }
     } else {

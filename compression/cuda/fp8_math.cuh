@@ -75,10 +75,13 @@ __device__ __forceinline__ float2 fp8x2_to_float2(uint32_t pair) {
   return __half22float2(__half2(h));
 }
 
-// max(m, |x|), NaN if either is NaN (fmaxf ignores a NaN operand).
-__device__ __forceinline__ float max_abs_nan(float m, float x) {
+// max(a, b) of non-negative values; kNan: NaN if either is NaN, else a NaN operand is ignored
+// (fmaxf).
+template <bool kNan>
+__device__ __forceinline__ float max2(float a, float b) {
+  if constexpr (!kNan) return fmaxf(a, b);
   float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(m), "f"(fabsf(x)));
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
   return r;
 }
 
@@ -150,21 +153,27 @@ struct Quantizer {
   }
 };
 
+// The quantizer code = fp8(y / q) (dual, single, fp8_tensor): kZero for q = 0 (or NaN), kDiv
+// where q is within div_by's bounds, else kExactDiv.
+__device__ __forceinline__ Quantizer quotient_quantizer(float q) {
+  Quantizer qz{Quantizer::kZero, q, 0.f, 1.f, 1.f, 0};
+  if (q > 0.f) {
+    const bool fast = magnitude_within<kQuantizerMinExp, kQuantizerMaxExp>(q);
+    qz.mode = fast ? Quantizer::kDiv : Quantizer::kExactDiv;
+    if (fast) qz.rq = __frcp_rn(q);
+  }
+  return qz;
+}
+
 // rtarget = 1 / target rounded (m / target through div_by within kScale*Exp).
 __device__ __forceinline__ Quantizer make_quantizer(float m, int ea, Fp8Scales scales, float target,
                                                     float rtarget) {
-  Quantizer qz{Quantizer::kZero, 0.f, 0.f, 1.f, 1.f, 0};
   if (scales != Fp8Scales::e8m0) {
-    qz.q = magnitude_within<kScaleMinExp, kScaleMaxExp>(m) ? div_by(m, target, rtarget)
-                                                           : __fdiv_rn(m, target);
-    if (qz.q > 0.f) {
-      const bool fast = magnitude_within<kQuantizerMinExp, kQuantizerMaxExp>(qz.q);
-      qz.mode = fast ? Quantizer::kDiv : Quantizer::kExactDiv;
-      if (fast) qz.rq = __frcp_rn(qz.q);
-    }
-    return qz;
+    return quotient_quantizer(magnitude_within<kScaleMinExp, kScaleMaxExp>(m)
+                                  ? div_by(m, target, rtarget)
+                                  : __fdiv_rn(m, target));
   }
-  qz.mode = Quantizer::kPow2;
+  Quantizer qz{Quantizer::kPow2, 0.f, 0.f, 1.f, 1.f, 0};
   const int kq = m > 0.f ? e8m0_exponent(m, target) : ea;
   qz.k = min(max(kq - ea, -127), 127);
   qz.s_k = exact_pow2(-qz.k);
@@ -203,15 +212,15 @@ __device__ __forceinline__ float tree_sum(float (&sq)[R]) {
   return sq[0];
 }
 
-template <int L>
+// max over the group's L lanes (max2<kNan>).
+template <int L, bool kNan = false>
 __device__ __forceinline__ float group_max(float m) {
 #pragma unroll
-  for (int o = L / 2; o >= 1; o /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+  for (int o = L / 2; o >= 1; o /= 2) m = max2<kNan>(m, __shfl_xor_sync(kFullMask, m, o));
   return m;
 }
 
-// max |v[r]| over a lane's registers as a tree of 8 chains (max is exact in any order; kNan:
-// a NaN wins, else NaN operands are ignored as fmaxf does).
+// max |v[r]| over a lane's registers as a tree of 8 chains (max is exact in any order).
 template <bool kNan, int R>
 __device__ __forceinline__ float lane_max_abs(const float (&v)[R]) {
   constexpr int A = R < 8 ? R : 8;
@@ -219,24 +228,13 @@ __device__ __forceinline__ float lane_max_abs(const float (&v)[R]) {
 #pragma unroll
   for (int k = 0; k < A; ++k) acc[k] = 0.f;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    acc[r % A] = kNan ? max_abs_nan(acc[r % A], v[r]) : fmaxf(acc[r % A], fabsf(v[r]));
-  }
+  for (int r = 0; r < R; ++r) acc[r % A] = max2<kNan>(acc[r % A], fabsf(v[r]));
 #pragma unroll
   for (int w = A / 2; w >= 1; w /= 2) {
 #pragma unroll
-    for (int k = 0; k < w; ++k)
-      acc[k] = kNan ? max_abs_nan(acc[k], acc[k + w]) : fmaxf(acc[k], acc[k + w]);
+    for (int k = 0; k < w; ++k) acc[k] = max2<kNan>(acc[k], acc[k + w]);
   }
   return acc[0];
-}
-
-// group_max keeping NaN (values are non-negative).
-template <int L>
-__device__ __forceinline__ float group_max_nan(float m) {
-#pragma unroll
-  for (int o = L / 2; o >= 1; o /= 2) m = max_abs_nan(m, __shfl_xor_sync(kFullMask, m, o));
-  return m;
 }
 
 template <int L>

@@ -176,7 +176,7 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
       ss = tree_sum<R, L, K>(sq);
       finite = is_finite(ss);
     } else {
-      m = group_max_nan<L>(lane_max_abs<true>(v[c]));
+      m = group_max<L, true>(lane_max_abs<true>(v[c]));
       finite = is_finite(m);
     }
     int bad = 0;

@@ -33,16 +33,12 @@ namespace taco::cuda::codec {
 // The decode kernel's own caps on R, for bf16 and for fp32 outputs (it holds codes, not input
 // runs, for the next tile, so more fits; measured on an H200, tools/bench/RESULTS.md: bf16 taco
 // G=128 decodes at 2875 GB/s with 64 and 2444 with 32, the fp32 decode-accumulate at 2059 with
-// 64 and 2244 with 32), and whether it reads the next tile's codes before the arithmetic of the
-// current one.
+// 64 and 2244 with 32).
 #ifndef TACO_CODEC_DECODE_MAX_R
 #define TACO_CODEC_DECODE_MAX_R 64
 #endif
 #ifndef TACO_CODEC_DECODE_F32_MAX_R
 #define TACO_CODEC_DECODE_F32_MAX_R 32
-#endif
-#ifndef TACO_CODEC_DECODE_PREFETCH
-#define TACO_CODEC_DECODE_PREFETCH 1
 #endif
 constexpr int kThreads = 256;
 
@@ -98,7 +94,7 @@ __device__ __forceinline__ TileRef tile_at(int64_t tile, int li, const GroupPara
   if (tile >= p.tiles) return t;
   // 32-bit division where it suffices (a 64-bit one is a long software sequence)
   int64_t major, minor;
-  if (p.tiles <= INT32_MAX && p.tiles_per_row <= INT32_MAX) {
+  if (p.tiles <= INT32_MAX) {  // then tile < p.tiles and tiles_per_row <= p.tiles fit too
     const uint32_t tu = uint32_t(tile), per = uint32_t(p.tiles_per_row);
     major = tu / per;
     minor = tu - uint32_t(major) * per;
