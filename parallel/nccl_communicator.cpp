@@ -198,10 +198,13 @@ class NcclCommunicator final : public Communicator {
     throw Error("rank " + std::to_string(rank_) + " of NCCL group " + name() + ": " + what, 1);
   }
 
-  // A non-blocking communicator returns ncclInProgress from a call that is still being set up;
-  // anything else but success is an error.
+  // A non-blocking communicator returns ncclInProgress from a call that is still being set up
+  // (an init, or a group's ncclGroupEnd): the operation is enqueued, and the communicator may
+  // be used again, only once its state has turned to ncclSuccess, so wait for that here.
+  // Anything else but success is an error.
   void check(ncclResult_t r, const char* call, size_t bytes) {
-    if (r == ncclSuccess || r == ncclInProgress) return;
+    if (r == ncclInProgress) return wait_ready(call);
+    if (r == ncclSuccess) return;
     std::string detail = ncclGetErrorString(r);
     if (comm_) {
       const char* last = ncclGetLastError(comm_);
@@ -221,7 +224,14 @@ class NcclCommunicator final : public Communicator {
         fail(std::string(call) + ": peers did not join within " + std::to_string(int(timeout_)) +
              " s");
       }
-      if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      // spin briefly (an enqueue takes microseconds), then poll gently (an init takes longer)
+      if (state == ncclInProgress) {
+        if (seconds_since(t0) < 1e-3) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+      }
     }
     check(state, call, 0);
   }

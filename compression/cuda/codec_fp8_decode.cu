@@ -64,8 +64,58 @@ struct Sink {
   }
 };
 
+// The ring of the decode along hidden: stages of one tile's codes per warp, J runs per lane.
+template <class S, class TOut>
+struct DecodeRing {
+  static constexpr int J = S::R / S::kRun;
+  static constexpr int kRunBytes = S::kRun;  // one byte per code
+  static constexpr int kTileBytes = J * 32 * kRunBytes;
+  static constexpr int kStages = ring_stages(
+      sizeof(TOut) == 2 ? TACO_CODEC_DECODE_RING_BYTES : TACO_CODEC_DECODE_F32_RING_BYTES,
+      kTileBytes);
+  static constexpr int kBlockBytes = kStages * kTileBytes * (kThreads / 32);
+};
+
+// Decoded values v of tile t into the sink.
+template <class S, bool kTokens, class Sink>
+__device__ __forceinline__ void store_tile(const Sink& sink, const TileRef& t, const GroupParams& p,
+                                           const float (&v)[S::C][S::R]) {
+  constexpr int R = S::R, C = S::C, kRun = S::kRun;
+  if constexpr (kTokens) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (t.r0 + r >= t.n) continue;
+      const int64_t i = t.base + r * t.stride_r;
+      if (p.vectorized) {
+        float run[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) run[c] = v[c][r];
+        sink.template run<C>(i, run);
+      } else {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          if (c < t.columns) sink.one(i + c, v[c][r]);
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < R; k += kRun) {
+      if (p.vectorized) {
+        if (t.r0 + S::offset(k) < t.n) sink.template run<kRun>(t.base + S::offset(k), &v[0][k]);
+      } else {
+#pragma unroll
+        for (int r = k; r < k + kRun; ++r) {
+          if (t.r0 + S::offset(r) < t.n) sink.one(t.base + S::offset(r), v[0][r]);
+        }
+      }
+    }
+  }
+}
+
 template <class TOut, int G, bool kTokens, bool kAccumulate>
-__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
+__global__ void __launch_bounds__(kThreads, sizeof(TOut) == 2 ? TACO_CODEC_DECODE_MIN_BLOCKS
+                                                              : TACO_CODEC_DECODE_F32_MIN_BLOCKS)
     decode_groups_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
                          TOut* __restrict__ out, GroupParams p, uint32_t* status,
                          int64_t* nonfinite_groups) {
@@ -80,10 +130,76 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
 
-  // Each warp reads its next tile's codes and scales before the arithmetic of the current one, so
-  // that the loads are in flight while it computes (past the end, tile_at gives an empty tile and
-  // nothing is read).
   const int64_t step = warps * S::kTilesPerWarp;
+  if constexpr (!kTokens) {
+    using Ring = DecodeRing<S, TOut>;
+    if (p.vectorized && Ring::kStages > 0) {
+      // Along hidden with aligned rows: each lane copies its codes of the tiles kStages - 1
+      // ahead into its warp's ring (cp.async) and reads the scales one tile ahead, so that
+      // loads stay in flight while the warp computes (past the end: empty tiles, zeros).
+      constexpr int J = Ring::J, kStages = Ring::kStages, kRunBytes = Ring::kRunBytes;
+      extern __shared__ uint4 ring_shared[];
+      uint8_t* ring = reinterpret_cast<uint8_t*>(ring_shared) +
+                      (threadIdx.x / 32) * (kStages * Ring::kTileBytes) + lane * kRunBytes;
+      auto fetch = [&](int64_t first_tile, int stage) {
+        const TileRef f = tile_at<S, G, kTokens>(first_tile + lane / L, li, p);
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+          const int k = j * kRun;
+          const bool valid = f.r0 + S::offset(k) < f.n;
+          copy_async<kRunBytes>(ring + (stage * J + j) * 32 * kRunBytes,
+                                valid ? codes_in + f.base + S::offset(k) : codes_in, valid);
+        }
+        commit_async();
+      };
+      auto scale_of = [&](const TileRef& f) {
+        return f.n > 0 ? read_scale(scales, f.first_group, p.num_groups, p.scales)
+                       : DecodeScale{1.f, 1.f, false};
+      };
+      int64_t t0 = warp * S::kTilesPerWarp;
+#pragma unroll
+      for (int s = 0; s < kStages - 1; ++s) fetch(t0 + s * step, s);
+      TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
+      DecodeScale scale = scale_of(t);
+      int stage = 0;
+      for (; t0 < p.tiles; t0 += step) {
+        const TileRef tn = tile_at<S, G, kTokens>(t0 + step + lane / L, li, p);
+        const DecodeScale scale_next = scale_of(tn);
+        wait_async<kStages - 2>();  // this tile's codes are in the ring
+        CodedTile<S> ct;
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+          const uint8_t* src = ring + (stage * J + j) * 32 * kRunBytes;
+          if constexpr (kRunBytes == 16) {
+            const uint4 w = *reinterpret_cast<const uint4*>(src);
+            ct.packed[4 * j] = w.x, ct.packed[4 * j + 1] = w.y;
+            ct.packed[4 * j + 2] = w.z, ct.packed[4 * j + 3] = w.w;
+          } else if constexpr (kRunBytes == 8) {
+            const uint2 w = *reinterpret_cast<const uint2*>(src);
+            ct.packed[2 * j] = w.x, ct.packed[2 * j + 1] = w.y;
+          } else {
+            ct.packed[j] = *reinterpret_cast<const uint32_t*>(src);
+          }
+        }
+        ct.scale[0] = scale;
+        // into the stage read in the previous iteration
+        fetch(t0 + (kStages - 1) * step, stage == 0 ? kStages - 1 : stage - 1);
+        stage = stage == kStages - 1 ? 0 : stage + 1;
+        float v[C][R];
+        decode_loaded_tile<S, kTokens>(ct, t, li, p, v, poisoned_groups);
+        store_tile<S, kTokens>(sink, t, p, v);
+        t = tn;
+        scale = scale_next;
+      }
+      wait_async<0>();
+      add_count(nonfinite_groups, poisoned_groups);
+      return;
+    }
+  }
+
+  // Otherwise each warp reads its next tile's codes and scales before the arithmetic of the
+  // current one, so that the loads are in flight while it computes (past the end, tile_at gives
+  // an empty tile and nothing is read).
   int64_t t0 = warp * S::kTilesPerWarp;
   TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
   CodedTile<S> ct;
@@ -95,37 +211,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
 
     float v[C][R];
     decode_loaded_tile<S, kTokens>(ct, t, li, p, v, poisoned_groups);
-
-    if constexpr (kTokens) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (t.r0 + r >= t.n) continue;
-        const int64_t i = t.base + r * t.stride_r;
-        if (p.vectorized) {
-          float run[C];
-#pragma unroll
-          for (int c = 0; c < C; ++c) run[c] = v[c][r];
-          sink.template run<C>(i, run);
-        } else {
-#pragma unroll
-          for (int c = 0; c < C; ++c) {
-            if (c < t.columns) sink.one(i + c, v[c][r]);
-          }
-        }
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < R; k += kRun) {
-        if (p.vectorized) {
-          if (t.r0 + S::offset(k) < t.n) sink.template run<kRun>(t.base + S::offset(k), &v[0][k]);
-        } else {
-#pragma unroll
-          for (int r = k; r < k + kRun; ++r) {
-            if (t.r0 + S::offset(r) < t.n) sink.one(t.base + S::offset(r), v[0][r]);
-          }
-        }
-      }
-    }
+    store_tile<S, kTokens>(sink, t, p, v);
     ct = next;
     t = tn;
   }
@@ -204,7 +290,20 @@ void launch_decode_groups(const DecodeArgs& a, TOut* out) {
   GroupParams p = a.p;
   set_tiles<S, G, kTokens>(p, detail::aligned16(out));
   const unsigned blocks = grid_for(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp);
-  decode_groups_kernel<TOut, G, kTokens, kAccumulate><<<blocks, kThreads, 0, a.stream>>>(
+  int shared = 0;
+  if constexpr (!kTokens) {
+    if (p.vectorized) shared = DecodeRing<S, TOut>::kBlockBytes;
+  }
+  if (shared > 48 * 1024) {  // above the default dynamic shared memory limit: opt in once
+    static const bool opted_in = [] {
+      TACO_CUDA_OK(cudaFuncSetAttribute(decode_groups_kernel<TOut, G, kTokens, kAccumulate>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        DecodeRing<S, TOut>::kBlockBytes));
+      return true;
+    }();
+    (void)opted_in;
+  }
+  decode_groups_kernel<TOut, G, kTokens, kAccumulate><<<blocks, kThreads, shared, a.stream>>>(
       a.in, a.size, a.expect, out, p, a.status, a.nonfinite_groups);
   TACO_LAUNCH_OK();
 }

@@ -46,9 +46,18 @@ __device__ __forceinline__ void unpack_runs(const RawRuns<T, S>& raw, float (&v)
   }
 }
 
+// The ring of the encode along hidden: stages of one tile per warp, each J 16-byte runs per lane.
+template <class S>
+struct EncodeRing {
+  static constexpr int J = S::R / S::V;
+  static constexpr int kTileBytes = J * 32 * 16;
+  static constexpr int kStages = ring_stages(TACO_CODEC_ENCODE_RING_BYTES, kTileBytes);
+  static constexpr int kBlockBytes = kStages * kTileBytes * (kThreads / 32);
+};
+
 // x [rows, cols] (fp32 or bf16 bits) -> codes and scales of `out`, one warp per 32 / L tiles.
 template <class T, int G, bool kTokens>
-__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
+__global__ void __launch_bounds__(kThreads, TACO_CODEC_ENCODE_MIN_BLOCKS)
     encode_groups_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, GroupParams p,
                          HeaderParams hp, int64_t* nonfinite_groups) {
   using S = TileShape<int(sizeof(T)), G, kTokens>;
@@ -64,10 +73,48 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
 
   const int64_t step = warps * S::kTilesPerWarp;
   if constexpr (!kTokens) {
+    using Ring = EncodeRing<S>;
+    if (p.vectorized && Ring::kStages > 0) {
+      // Along hidden with aligned rows: each lane copies its runs of the tiles kStages - 1 ahead
+      // into its warp's ring (cp.async), so that loads stay in flight while the warp computes
+      // without holding them in registers (past the end, tile_at gives an empty tile: zeros).
+      constexpr int J = Ring::J, kStages = Ring::kStages;
+      extern __shared__ uint4 ring_shared[];
+      uint4* ring = ring_shared + (threadIdx.x / 32) * (kStages * J * 32) + lane;
+      auto fetch = [&](int64_t first_tile, int stage) {
+        const TileRef f = tile_at<S, G, kTokens>(first_tile + lane / L, li, p);
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+          const bool valid = f.r0 + S::offset(j * S::V) < f.n;
+          copy_async<16>(ring + (stage * J + j) * 32, valid ? x + f.base + S::offset(j * S::V) : x,
+                         valid);
+        }
+        commit_async();
+      };
+      int64_t t0 = warp * S::kTilesPerWarp;
+#pragma unroll
+      for (int s = 0; s < kStages - 1; ++s) fetch(t0 + s * step, s);
+      int stage = 0;
+      for (; t0 < p.tiles; t0 += step) {
+        const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
+        wait_async<kStages - 2>();  // this tile's copies are done
+        RawRuns<T, S> raw;
+#pragma unroll
+        for (int j = 0; j < J; ++j) raw.w[j] = ring[(stage * J + j) * 32];
+        // into the stage read (and computed on) in the previous iteration
+        fetch(t0 + (kStages - 1) * step, stage == 0 ? kStages - 1 : stage - 1);
+        stage = stage == kStages - 1 ? 0 : stage + 1;
+        float v[1][R];
+        unpack_runs(raw, v[0]);
+        encode_tile<S, kTokens>(v, t, li, p, codes_out, scales, poisoned_groups);
+      }
+      wait_async<0>();
+      add_count(nonfinite_groups, poisoned_groups);
+      return;
+    }
     if (p.vectorized) {
-      // Along hidden with aligned rows: each warp reads its next tile before the arithmetic of
-      // the current one, so that the loads are in flight while it computes (past the end,
-      // tile_at gives an empty tile and nothing is read).
+      // Without a ring: each warp reads its next tile into registers before the arithmetic of
+      // the current one.
       int64_t t0 = warp * S::kTilesPerWarp;
       TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
       RawRuns<T, S> raw;
@@ -235,8 +282,21 @@ void launch_encode_groups(const T* x, uint8_t* out, GroupParams p, const HeaderP
   using S = TileShape<int(sizeof(T)), G, kTokens>;
   set_tiles<S, G, kTokens>(p, detail::aligned16(x));
   const unsigned blocks = grid_for(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp);
+  int shared = 0;
+  if constexpr (!kTokens) {
+    if (p.vectorized) shared = EncodeRing<S>::kBlockBytes;
+  }
+  if (shared > 48 * 1024) {  // above the default dynamic shared memory limit: opt in once
+    static const bool opted_in = [] {
+      TACO_CUDA_OK(cudaFuncSetAttribute(encode_groups_kernel<T, G, kTokens>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        EncodeRing<S>::kBlockBytes));
+      return true;
+    }();
+    (void)opted_in;
+  }
   encode_groups_kernel<T, G, kTokens>
-      <<<blocks, kThreads, 0, stream>>>(x, out, p, hp, nonfinite_groups);
+      <<<blocks, kThreads, shared, stream>>>(x, out, p, hp, nonfinite_groups);
   TACO_LAUNCH_OK();
 }
 

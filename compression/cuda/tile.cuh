@@ -40,6 +40,39 @@ namespace taco::cuda::codec {
 #ifndef TACO_CODEC_DECODE_F32_MAX_R
 #define TACO_CODEC_DECODE_F32_MAX_R 32
 #endif
+// The encode along hidden streams its input through a per-warp ring in shared memory of this
+// many bytes (cp.async, tiles ahead of the arithmetic) and is built for this many blocks per
+// multiprocessor; 0 bytes: the next tile is read into registers instead. The decode along hidden
+// does the same with its codes (its scales are read a tile ahead), separately for bf16 and fp32
+// outputs. Measured on an H200 (tools/bench/RESULTS.md, 2026-12-03 third pass), 1 GB: the ring
+// takes fp8_block's encode from 2858 to 3508 GB/s and the fp32 decode-accumulate from ~2250 to
+// ~3850, while the bf16 decode at R = 64 stays faster with its registers (2880 vs 2758).
+#ifndef TACO_CODEC_ENCODE_RING_BYTES
+#define TACO_CODEC_ENCODE_RING_BYTES 8192
+#endif
+#ifndef TACO_CODEC_ENCODE_MIN_BLOCKS
+#define TACO_CODEC_ENCODE_MIN_BLOCKS 2
+#endif
+#ifndef TACO_CODEC_DECODE_RING_BYTES
+#define TACO_CODEC_DECODE_RING_BYTES 0
+#endif
+#ifndef TACO_CODEC_DECODE_MIN_BLOCKS
+#define TACO_CODEC_DECODE_MIN_BLOCKS 2
+#endif
+#ifndef TACO_CODEC_DECODE_F32_RING_BYTES
+#define TACO_CODEC_DECODE_F32_RING_BYTES 8192
+#endif
+#ifndef TACO_CODEC_DECODE_F32_MIN_BLOCKS
+#define TACO_CODEC_DECODE_F32_MIN_BLOCKS 3
+#endif
+
+// Stages of a per-warp ring of ring_bytes for tiles of tile_bytes per warp (0: no ring; tile
+// shapes without whole 16-byte runs per lane have tile_bytes 0).
+constexpr int ring_stages(int ring_bytes, int tile_bytes) {
+  return ring_bytes == 0 || tile_bytes == 0 ? 0
+         : ring_bytes / tile_bytes < 2      ? 2
+                                            : ring_bytes / tile_bytes;
+}
 constexpr int kThreads = 256;
 
 // The per-launch numbers every grouped kernel needs (host-filled).
@@ -202,6 +235,36 @@ __device__ __forceinline__ void put_f32(uint8_t* p, float v) {
 
 __device__ __forceinline__ float get_f32(const uint8_t* p) {
   return __ldg(reinterpret_cast<const float*>(p));
+}
+
+// --- asynchronous copies into shared memory (cp.async, sm_80 and later) ----------------------
+// A lane copies N bytes from global to shared memory without holding them in registers; with
+// valid false it writes N zero bytes and reads nothing. A lane that reads back only what it
+// copied itself needs no barrier, only the wait.
+
+template <int N>
+__device__ __forceinline__ void copy_async(void* shared, const void* global, bool valid) {
+  static_assert(N == 4 || N == 8 || N == 16, "cp.async copies 4, 8 or 16 bytes");
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  if constexpr (N == 16) {  // through L2 only
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(global),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(global), "n"(N),
+                 "r"(valid ? N : 0)
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void commit_async() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most N of this lane's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void wait_async() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 }  // namespace taco::cuda::codec
