@@ -14,28 +14,43 @@
 // G = 0 (per-tensor scaling). Codes keep the message's row-major order: code k is element k.
 //
 // Per group of n values x (all arithmetic fp32, in the order written, so that a CUDA kernel can
-// reproduce it bit for bit):
-//   hadamard off:  y = x
-//   hadamard on:   ss = tree_sum(x_i * x_i)                  (pairwise, see below)
-//                  a  = clamp(fp8_max / sqrt(ss / n + 1e-6), 1e-3, 1e3)
-//                  y  = WHT_G(a * x)  when n == G (a full group); y = a * x for a short tail
-//                  group (encode and decode both skip the transform there)
-//   scales dual:   q = max|y| / fp8_max;  code = fp8(y / q);  stores (q, a)
-//                  decode: y' = fp8val * q; x' = WHT(y') / a
-//   scales single: code as dual; stores s = q / a
-//                  decode: x' = WHT(fp8val * s)
-//   scales e8m0:   a power of two commutes exactly with WHT and with a power-of-two q, so the
-//                  adaptive scale is rounded down to a' = 2^e (e = floor(log2 a), when hadamard
-//                  is on; else e = 0) and folded into the one stored exponent:
-//                  y = WHT_G(a' * x); kq = the smallest integer with max|y| <= fp8_max * 2^kq;
-//                  k = clamp(kq - e, -127, 127); code = fp8((y * 2^-k) * 2^-e); stores k + 127
-//                  decode: x' = WHT(fp8val * 2^k)
+// reproduce it bit for bit).
+//
+// fp8_block (hadamard off), y = x:
+//   scales dual:   q = max|y| / fp8_max;  code = fp8(y / q);  stores (q, 1)
+//                  decode: x' = (fp8val * q) / a
+//   scales single: code as dual; stores q;  decode: x' = fp8val * q
+//   scales e8m0:   kq = the smallest integer with max|y| <= fp8_max * 2^kq; k = clamp(kq, -127,
+//                  127); code = fp8((y * 2^-k) * 1); stores k + 127;  decode: x' = fp8val * 2^k
+//
+// taco (hadamard on). In exact arithmetic the codes are those of y = WHT_G(a * x) quantized as
+// above, with x' = WHT_G(fp8val * q) / a back; the scalars fold out of the transform (it is
+// linear), so that each element sees the butterflies and one multiply:
+//   ss = tree_sum(x_i * x_i)                                (pairwise, see below)
+//   a  = clamp(fp8_max / sqrt(ss / n + 1e-6), 1e-3, 1e3);   e8m0: a = 2^ea, ea = floor(log2 a)
+//   e  = 0 if ss <= 2^64, else floor(log2 a);  x_i = x_i * 2^e when e != 0 (large values are
+//        scaled into range before the butterflies: exact, a power of two)
+//   u  = BF_G(x) when n == G (a full group), else u = x (a short tail group skips the transform
+//        in encode and decode); h = hadamard_scale(G) for a full group, else 1
+//   c  = (a * 2^-e) * h          (y = c * u)
+//   m  = c * max|u|              (= max|y|: rounding is monotonic)
+//   dual / single:  q = m / fp8_max;  f = c * (1 / q) (when q > 0)
+//   e8m0:           kq, k as above from m, with k = clamp(kq - ea, -127, 127) (0 for m = 0);
+//                   f = (c * 2^-k) * 2^-ea
+//   code = fp8(u * f) when f is a normal float; else (tiny groups) fp8((u * c) / q), e8m0
+//          fp8(((u * c) * 2^-k) * 2^-ea), and all codes 0 when q = 0
+//   stores dual (q, a); single s = q / a; e8m0 k + 127
+//   decode: x'_i = BF_G(fp8val)_i * mul with mul = q * (h / a) (dual), s * h (single),
+//           2^k * h (e8m0); a tail group: BF skipped, h = 1. Where mul is subnormal, or 0
+//           from a non-zero q (s, 2^k) (groups of tiny values), in steps instead:
+//           x'_i = ((BF_G(fp8val)_i * q) * h) / a (dual), (BF_G(fp8val)_i * s) * h (single,
+//           e8m0 with 2^k)
+// BF_G: the butterflies of kernels/hadamard.h without the 1 / sqrt(G); WHT_G = BF_G * h.
 // An all-zero group stores q = 0 (e8m0: k = 0) and decodes to zeros. A group holding a NaN or
 // Inf is poisoned: codes 0, scales NaN (e8m0: byte 0xFF), and it decodes to NaN everywhere, so a
 // non-finite input is never silently zeroed; encode and decode count such groups.
 // tree_sum over n values: pad with zeros to P = next power of two >= n, then
 //   for (h = P / 2; h >= 1; h /= 2) v[i] += v[i + h] for i < h;  result v[0].
-// WHT_G: kernels/hadamard.h (butterflies, then one multiply by float(1/sqrt(G))).
 //
 // Scale section (little endian, one entry per group, groups numbered row-block-major: along
 // hidden g = row * ceil(cols/G) + j; along tokens g = row_block * cols + col):

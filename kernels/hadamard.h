@@ -20,5 +20,8 @@ namespace cpu {
 // n must be a power of two, 1 <= n <= 1 << 20.
 void hadamard_transform(float* x, int n);
 
+// The butterflies alone (x <- H_n x, without the 1 / sqrt(n)), in the same order.
+void hadamard_butterflies(float* x, int n);
+
 }  // namespace cpu
 }  // namespace taco

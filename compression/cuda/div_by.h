@@ -64,11 +64,36 @@ constexpr int kQuantizerMinExp = -85, kQuantizerMaxExp = 120;
 // q = m / fp8_max (fp8_max 448 or 57344) for m in [2^-90, 2^120].
 constexpr int kScaleMinExp = -90, kScaleMaxExp = 120;
 
-// The dual decode's x / a: with a in [2^-10, 2^10] (the encoder's 1e-3 .. 1e3) and q in
-// [2^-47, 2^60] every non-zero |x| lies in [2^-86, 2^78] (a non-zero e4m3 code is at least 2^-9,
-// so every term code * q, and every non-zero Hadamard sum of them, is a multiple of an ulp no
-// smaller than q 2^-34; the Hadamard scale is above 2^-5), where the remainders are exact.
+// fp8_block's dual decode x / a (taco's decode multiplies): with a in [2^-10, 2^10] (the encoder's
+// 1e-3 .. 1e3) and q in [2^-47, 2^60] every non-zero |x| lies in [2^-86, 2^78] (a non-zero e4m3
+// code is at least 2^-9, so every term code * q, and every non-zero Hadamard sum of them, is a
+// multiple of an ulp no smaller than q 2^-34; the Hadamard scale is above 2^-5), where the
+// remainders are exact.
 constexpr int kDecodeAMinExp = -10, kDecodeAMaxExp = 10;
 constexpr int kDecodeQMinExp = -47, kDecodeQMaxExp = 60;
+
+// Unsigned 32-bit n / d for a divisor fixed per launch (the tile index over tiles per row):
+// multiply-high by a magic number, add, shift (Granlund and Montgomery), exact for every n and
+// every d in [1, 2^31].
+struct DivideU32 {
+  uint32_t magic = 1;
+  uint32_t shift = 0;
+};
+
+inline DivideU32 divide_u32(uint32_t d) {
+  DivideU32 r;
+  while ((uint64_t(1) << r.shift) < d) ++r.shift;  // ceil(log2 d)
+  r.magic = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << r.shift) - d)) / d + 1);
+  return r;
+}
+
+TACO_DIV_HD uint32_t divide(uint32_t n, DivideU32 d) {
+#ifdef __CUDA_ARCH__
+  const uint64_t hi = __umulhi(n, d.magic);
+#else
+  const uint64_t hi = (uint64_t(n) * d.magic) >> 32;
+#endif
+  return uint32_t((hi + n) >> d.shift);
+}
 
 }  // namespace taco::cuda::codec

@@ -29,6 +29,7 @@ namespace taco::cuda::codec {
 constexpr float kLambda = 1e-6f;  // kernels/cpu/codec_fp8.cpp: the same constants
 constexpr float kMinAdaptive = 1e-3f;
 constexpr float kMaxAdaptive = 1e3f;
+constexpr float kPrescaleSumOfSquares = 0x1p64f;  // taco: above, x * 2^floor(log2 a) first
 constexpr uint8_t kPoisonedE8m0 = 0xFF;
 constexpr uint32_t kQuietNaNBits = 0x7FC00000u;  // std::numeric_limits<float>::quiet_NaN()
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -117,7 +118,7 @@ __device__ __forceinline__ float std_min(float a, float b) { return (b < a) ? b 
 __device__ __forceinline__ float adaptive_scale(float ss, int n, float target) {
   // ss / n is ss * 2^-k exactly for n = 2^k (both round the same real number)
   const float mean =
-      (n & (n - 1)) == 0 ? __fmul_rn(ss, __fdiv_rn(1.f, float(n))) : __fdiv_rn(ss, float(n));
+      (n & (n - 1)) == 0 ? __fmul_rn(ss, exact_pow2(__clz(n) - 31)) : __fdiv_rn(ss, float(n));
   const float a = __fdiv_rn(target, __fsqrt_rn(__fadd_rn(mean, kLambda)));
   return std_min(std_max(a, kMinAdaptive), kMaxAdaptive);
 }
@@ -129,26 +130,38 @@ __device__ __forceinline__ int e8m0_exponent(float m, float target) {
   return em - et + (fm > ft ? 1 : 0);
 }
 
-// A group's quantizer (kernels/cpu/codec_fp8.cpp, make_quantizer), given m = max|y| and the
-// exponent ea of the power-of-two adaptive scale already applied (e8m0 only). The mode picks the
+__device__ __forceinline__ bool is_normal(float v) {
+  const uint32_t e = (__float_as_uint(v) >> 23) & 0xFFu;
+  return e != 0 && e != 0xFFu;
+}
+
+// A group's quantizer (kernels/cpu/codec_fp8.cpp: make_quantizer, and make_taco_quantizer for
+// taco, whose values are the butterflies' outputs u with y = c * u). The mode picks the
 // per-element arithmetic once per group, so the element loops carry no tests.
 struct Quantizer {
   enum Mode : int {
-    kZero,      // q = 0: every code is 0
-    kPow2,      // e8m0: code = fp8((y * 2^-k) * 2^-ea)
-    kDiv,       // dual/single: code = fp8(y / q) through div_by (q within its bounds)
-    kExactDiv,  // the same through __fdiv_rn (q tiny, huge or not finite)
+    kZero,        // q = 0: every code is 0
+    kPow2,        // e8m0: code = fp8((y * 2^-k) * 2^-ea)
+    kDiv,         // dual/single: code = fp8(y / q) through div_by (q within its bounds)
+    kExactDiv,    // the same through __fdiv_rn (q tiny, huge or not finite)
+    kMul,         // taco: code = fp8(u * f), f = c * (1 / q) normal
+    kScaledDiv,   // taco, f not normal: code = fp8((u * c) / q)
+    kScaledPow2,  // taco e8m0, f not normal: code = fp8(((u * c) * 2^-k) * 2^-ea)
   };
   Mode mode;
   float q, rq;      // q and __frcp_rn(q) (kDiv)
-  float s_k, s_ea;  // kPow2
+  float s_k, s_ea;  // kPow2, kScaledPow2
   int k;            // e8m0: the stored exponent
+  float c = 1.f, f = 0.f;
 
-  // y's value before the rounding to FP8, in mode kMode.
+  // The value before the rounding to FP8, in mode kMode.
   template <int kMode>
   __device__ __forceinline__ float scaled(float y) const {
     if constexpr (kMode == kPow2) return __fmul_rn(__fmul_rn(y, s_k), s_ea);
     if constexpr (kMode == kDiv) return div_by(y, q, rq);
+    if constexpr (kMode == kMul) return __fmul_rn(y, f);
+    if constexpr (kMode == kScaledDiv) return __fdiv_rn(__fmul_rn(y, c), q);
+    if constexpr (kMode == kScaledPow2) return __fmul_rn(__fmul_rn(__fmul_rn(y, c), s_k), s_ea);
     return __fdiv_rn(y, q);
   }
 };
@@ -178,6 +191,28 @@ __device__ __forceinline__ Quantizer make_quantizer(float m, int ea, Fp8Scales s
   qz.k = min(max(kq - ea, -127), 127);
   qz.s_k = exact_pow2(-qz.k);
   qz.s_ea = exact_pow2(-ea);
+  return qz;
+}
+
+// taco: mu = max|u|, c the factor from u to y (kernels/codec_fp8.h).
+__device__ __forceinline__ Quantizer make_taco_quantizer(float mu, float c, int ea,
+                                                         Fp8Scales scales, float target,
+                                                         float rtarget) {
+  Quantizer qz = make_quantizer(__fmul_rn(c, mu), ea, scales, target, rtarget);
+  qz.c = c;
+  const bool e8m0 = scales == Fp8Scales::e8m0;
+  if (e8m0) {
+    qz.f = __fmul_rn(__fmul_rn(c, qz.s_k), qz.s_ea);
+  } else if (qz.q > 0.f) {
+    qz.f = __fmul_rn(c, qz.mode == Quantizer::kDiv ? qz.rq : __frcp_rn(qz.q));
+  }
+  if (is_normal(qz.f)) {
+    qz.mode = Quantizer::kMul;
+  } else if (e8m0) {
+    qz.mode = Quantizer::kScaledPow2;
+  } else {
+    qz.mode = qz.q > 0.f ? Quantizer::kScaledDiv : Quantizer::kZero;
+  }
   return qz;
 }
 
@@ -261,13 +296,14 @@ __device__ __forceinline__ void butterfly_stages(float (&v)[R]) {
   }
 }
 
-// Walsh-Hadamard butterflies over the group, then one multiply by `scale` (kernels/hadamard.h):
-// for h = 1, 2, ..., G/2: (x[i], x[i + h]) <- (x[i] + x[i + h], x[i] - x[i + h]). h < K pairs
-// registers r and r + h; K <= h < L*K crosses lanes (mask h / K); h >= L*K pairs registers r and
-// r + h / L. `apply` is uniform over the group but not over the warp (a short tail group skips
-// the transform), so the shuffles run on every lane and only the update is conditional.
+// Walsh-Hadamard butterflies over the group, without the 1 / sqrt(G) (kernels/hadamard.h,
+// hadamard_butterflies): for h = 1, 2, ..., G/2: (x[i], x[i + h]) <- (x[i] + x[i + h],
+// x[i] - x[i + h]). h < K pairs registers r and r + h; K <= h < L*K crosses lanes (mask h / K);
+// h >= L*K pairs registers r and r + h / L. `apply` is uniform over the group but not over the
+// warp (a short tail group skips the transform), so the shuffles run on every lane and only the
+// update is conditional.
 template <int R, int L, int K>
-__device__ __forceinline__ void hadamard(float (&v)[R], int li, bool apply, float scale) {
+__device__ __forceinline__ void hadamard(float (&v)[R], int li, bool apply) {
   // Every group of the warp full (the common case): no per-element test. Across lanes the lower
   // partner adds and the upper one subtracts: v * (+-1) + other, one rounding, is exactly the
   // CPU's v + other or other - v.
@@ -280,8 +316,6 @@ __device__ __forceinline__ void hadamard(float (&v)[R], int li, bool apply, floa
       for (int r = 0; r < R; ++r) v[r] = __fmaf_rn(v[r], sign, __shfl_xor_sync(kFullMask, v[r], m));
     }
     butterfly_stages<K, R>(v);
-#pragma unroll
-    for (int r = 0; r < R; ++r) v[r] = __fmul_rn(v[r], scale);
     return;
   }
   if (apply) {
@@ -298,8 +332,6 @@ __device__ __forceinline__ void hadamard(float (&v)[R], int li, bool apply, floa
   }
   if (apply) {
     butterfly_stages<K, R>(v);
-#pragma unroll
-    for (int r = 0; r < R; ++r) v[r] = __fmul_rn(v[r], scale);
   }
 }
 

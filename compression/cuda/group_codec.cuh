@@ -67,6 +67,7 @@ void set_tiles(GroupParams& p, bool aligned) {
   if (p.tiles == 0) return;
   p.tiles_per_row = kTokens ? (p.cols + S::C - 1) / S::C : (p.cols + G - 1) / G;
   p.tiles = kTokens ? (p.rows + G - 1) / G * p.tiles_per_row : p.tiles_per_row * p.rows;
+  if (p.tiles <= INT32_MAX) p.per_row = divide_u32(uint32_t(p.tiles_per_row));
   p.vectorized = aligned && p.cols % S::kRun == 0;
 }
 
@@ -145,6 +146,12 @@ __device__ __forceinline__ void quantize_column(const float (&v)[S::R], const Qu
       return quantize_column<S, kTokens, F, Quantizer::kDiv>(v, qz, c, packed);
     case Quantizer::kExactDiv:
       return quantize_column<S, kTokens, F, Quantizer::kExactDiv>(v, qz, c, packed);
+    case Quantizer::kMul:
+      return quantize_column<S, kTokens, F, Quantizer::kMul>(v, qz, c, packed);
+    case Quantizer::kScaledDiv:
+      return quantize_column<S, kTokens, F, Quantizer::kScaledDiv>(v, qz, c, packed);
+    case Quantizer::kScaledPow2:
+      return quantize_column<S, kTokens, F, Quantizer::kScaledPow2>(v, qz, c, packed);
     case Quantizer::kZero:
       return;  // the codes stay 0
   }
@@ -186,18 +193,29 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
       bad = group_sum<L>(bad);
     }
 
+    Quantizer qz;
     if (p.hadamard) {
+      // a is normal, in [1e-3, 1e3] (for a finite group): floor(log2 a) is its exponent field
       a = adaptive_scale(ss, t.n > 0 ? t.n : 1, p.target);
-      if (e8m0) {  // a is normal, in [1e-3, 1e3]: floor(log2 a) is its exponent field
+      if (e8m0) {
         ea = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;
         a = exact_pow2(ea);
       }
+      // Large values are scaled into range by 2^e first (rare: ss above 2^64).
+      const int e = ss <= kPrescaleSumOfSquares ? 0 : int((__float_as_uint(a) >> 23) & 0xFFu) - 127;
+      if (__any_sync(kFullMask, e != 0)) {
+        const float pe = exact_pow2(e);
 #pragma unroll
-      for (int r = 0; r < R; ++r) v[c][r] = __fmul_rn(v[c][r], a);
-      hadamard<R, L, K>(v[c], li, t.full, p.hadamard_scale);
-      m = group_max<L>(lane_max_abs<false>(v[c]));
+        for (int r = 0; r < R; ++r) v[c][r] = __fmul_rn(v[c][r], pe);
+      }
+      hadamard<R, L, K>(v[c], li, t.full);
+      const float cy =
+          __fmul_rn(e != 0 ? __fmul_rn(a, exact_pow2(-e)) : a, t.full ? p.hadamard_scale : 1.f);
+      qz = make_taco_quantizer(group_max<L>(lane_max_abs<false>(v[c])), cy, ea, p.scales, p.target,
+                               p.rtarget);
+    } else {
+      qz = make_quantizer(m, ea, p.scales, p.target, p.rtarget);
     }
-    const Quantizer qz = make_quantizer(m, ea, p.scales, p.target, p.rtarget);
     if (bad == 0) {
       if (p.format == Fp8Format::e4m3) {
         quantize_column<S, kTokens, Fp8Format::e4m3>(v[c], qz, c, packed);
@@ -260,24 +278,32 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
 }
 
 // Column c's codes (in `packed`, as encode_tile left them) times the group's scale `mul`, as the
-// CPU's fp8_to_float(code) * mul; along hidden two codes convert in one instruction.
-template <class S, bool kTokens, Fp8Format F>
+// CPU's fp8_to_float(code) * mul (kScale false: the values alone); along hidden two codes
+// convert in one instruction.
+template <class S, bool kTokens, Fp8Format F, bool kScale = true>
 __device__ __forceinline__ void column_values(const uint32_t* packed, int c, float mul,
                                               float (&v)[S::R]) {
   constexpr int R = S::R, C = S::C;
   if constexpr (kTokens) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      v[r] = __fmul_rn(from_fp8(byte_of(packed, r * C + c), F), mul);
+      const float f = from_fp8(byte_of(packed, r * C + c), F);
+      v[r] = kScale ? __fmul_rn(f, mul) : f;
     }
   } else {
 #pragma unroll
     for (int r = 0; r < R; r += 2) {
       const float2 f = fp8x2_to_float2<F>(packed[r / 4] >> (8 * (r % 4)));
-      v[r] = __fmul_rn(f.x, mul);
-      v[r + 1] = __fmul_rn(f.y, mul);
+      v[r] = kScale ? __fmul_rn(f.x, mul) : f.x;
+      v[r + 1] = kScale ? __fmul_rn(f.y, mul) : f.y;
     }
   }
+}
+
+// A taco decode factor that lost precision (kernels/cpu/codec_fp8.cpp, tiny_factor).
+__device__ __forceinline__ bool tiny_factor(float mul, float q) {
+  const uint32_t bits = __float_as_uint(mul) & 0x7FFFFFFFu;
+  return bits < 0x00800000u && (bits != 0 || q != 0.f);
 }
 
 // A tile's codes and scales as read from a message: loaded one tile ahead of its arithmetic.
@@ -344,13 +370,34 @@ __device__ __forceinline__ void decode_loaded_tile(const CodedTile<S>& ct, const
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     const DecodeScale d = ct.scale[c];
-    if (p.format == Fp8Format::e4m3) {
-      column_values<S, kTokens, Fp8Format::e4m3>(packed, c, d.mul, v[c]);
+    if (p.hadamard) {  // butterflies of the FP8 values, then one multiply (kernels/codec_fp8.h)
+      if (p.format == Fp8Format::e4m3) {
+        column_values<S, kTokens, Fp8Format::e4m3, false>(packed, c, 1.f, v[c]);
+      } else {
+        column_values<S, kTokens, Fp8Format::e5m2, false>(packed, c, 1.f, v[c]);
+      }
+      hadamard<R, L, K>(v[c], li, t.full);
+      const float h = t.full ? p.hadamard_scale : 1.f;
+      const bool dual = p.scales == Fp8Scales::dual;
+      const float mul = dual ? __fmul_rn(d.mul, __fdiv_rn(h, d.a)) : __fmul_rn(d.mul, h);
+      if (!tiny_factor(mul, d.mul)) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) v[c][r] = __fmul_rn(v[c][r], mul);
+      } else {  // in steps, so that only the result rounds tiny
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float y = __fmul_rn(__fmul_rn(v[c][r], d.mul), h);
+          v[c][r] = dual ? __fdiv_rn(y, d.a) : y;
+        }
+      }
     } else {
-      column_values<S, kTokens, Fp8Format::e5m2>(packed, c, d.mul, v[c]);
+      if (p.format == Fp8Format::e4m3) {
+        column_values<S, kTokens, Fp8Format::e4m3>(packed, c, d.mul, v[c]);
+      } else {
+        column_values<S, kTokens, Fp8Format::e5m2>(packed, c, d.mul, v[c]);
+      }
     }
-    if (p.hadamard) hadamard<R, L, K>(v[c], li, t.full, p.hadamard_scale);
-    if (p.scales == Fp8Scales::dual) {
+    if (!p.hadamard && p.scales == Fp8Scales::dual) {
       // div_by within its bounds (div_by.h); e5m2 has infinite codes, which div_by would
       // turn into NaN.
       if (p.format == Fp8Format::e4m3 && d.a > 0.f &&

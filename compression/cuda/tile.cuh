@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "compression/cuda/div_by.h"
 #include "kernels/codec_fp8.h"
 
 namespace taco::cuda::codec {
@@ -51,7 +52,7 @@ namespace taco::cuda::codec {
 #define TACO_CODEC_ENCODE_RING_BYTES 8192
 #endif
 #ifndef TACO_CODEC_ENCODE_MIN_BLOCKS
-#define TACO_CODEC_ENCODE_MIN_BLOCKS 2
+#define TACO_CODEC_ENCODE_MIN_BLOCKS 3
 #endif
 #ifndef TACO_CODEC_DECODE_RING_BYTES
 #define TACO_CODEC_DECODE_RING_BYTES 0
@@ -80,6 +81,7 @@ struct GroupParams {
   int64_t rows = 0, cols = 0;
   int64_t tiles = 0;          // hidden: groups; tokens: row blocks x column blocks
   int64_t tiles_per_row = 0;  // hidden: groups per row; tokens: column blocks
+  DivideU32 per_row;          // tiles_per_row as a 32-bit divisor (when tiles <= INT32_MAX)
   int64_t num_groups = 0;
   uint64_t scales_offset = 0;  // from the start of the message
   Fp8Format format = Fp8Format::e4m3;
@@ -129,7 +131,7 @@ __device__ __forceinline__ TileRef tile_at(int64_t tile, int li, const GroupPara
   int64_t major, minor;
   if (p.tiles <= INT32_MAX) {  // then tile < p.tiles and tiles_per_row <= p.tiles fit too
     const uint32_t tu = uint32_t(tile), per = uint32_t(p.tiles_per_row);
-    major = tu / per;
+    major = divide(tu, p.per_row);
     minor = tu - uint32_t(major) * per;
   } else {
     major = tile / p.tiles_per_row;

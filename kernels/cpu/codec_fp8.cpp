@@ -16,6 +16,7 @@ namespace {
 constexpr float kLambda = 1e-6f;  // keeps a finite on an all-zero group
 constexpr float kMinAdaptive = 1e-3f;
 constexpr float kMaxAdaptive = 1e3f;
+constexpr float kPrescaleSumOfSquares = 0x1p64f;  // above: x * 2^floor(log2 a) first
 constexpr int64_t kMaxGroup = 1 << 16;
 constexpr int64_t kParallelMin = 1 << 16;  // smaller messages: threads cost more than they save
 constexpr uint8_t kPoisonedE8m0 = 0xFF;
@@ -61,15 +62,20 @@ GroupRef group_at(const Fp8GroupSpec& s, int64_t g) {
   return {rb * s.group * s.cols + c, s.cols, int(std::min(s.group, s.rows - rb * s.group))};
 }
 
-// a = clamp(fp8_max / sqrt(tree_sum(x^2) / n + lambda), 1e-3, 1e3); sq is scratch of next_pow2(n).
-float adaptive_scale(const float* v, int n, float* sq, float target) {
+// tree_sum(x^2) over n values; sq is scratch of next_pow2(n).
+float sum_of_squares(const float* v, int n, float* sq) {
   const int p = int(next_pow2(n));
   for (int i = 0; i < n; ++i) sq[i] = v[i] * v[i];
   for (int i = n; i < p; ++i) sq[i] = 0.f;
   for (int h = p / 2; h >= 1; h /= 2) {
     for (int i = 0; i < h; ++i) sq[i] += sq[i + h];
   }
-  const float a = target / std::sqrt(sq[0] / float(n) + kLambda);
+  return sq[0];
+}
+
+// a = clamp(fp8_max / sqrt(ss / n + lambda), 1e-3, 1e3).
+float adaptive_scale(float ss, int n, float target) {
+  const float a = target / std::sqrt(ss / float(n) + kLambda);
   return std::min(std::max(a, kMinAdaptive), kMaxAdaptive);
 }
 
@@ -87,7 +93,7 @@ int e8m0_exponent(float m, float target) {
   return em - et + (fm > ft ? 1 : 0);
 }
 
-// Maps a group's transformed values y to codes, given m = max|y|.
+// Maps a group's values y to codes, given m = max|y| (fp8_block, fp8_tensor).
 struct Quantizer {
   Fp8Format format;
   bool pow2 = false;
@@ -101,7 +107,7 @@ struct Quantizer {
   }
 };
 
-// `ea`: log2 of the power-of-two adaptive scale already applied to y (e8m0 only).
+// `ea`: log2 of the power-of-two adaptive scale (e8m0 only).
 Quantizer make_quantizer(float m, int ea, const Fp8GroupSpec& s) {
   Quantizer qz{s.format};
   const float target = fp8_max(s.format);
@@ -115,6 +121,28 @@ Quantizer make_quantizer(float m, int ea, const Fp8GroupSpec& s) {
   qz.s_k = std::ldexp(1.f, -qz.k);
   qz.s_ea = std::ldexp(1.f, -ea);
   return qz;
+}
+
+// taco's quantizer (kernels/codec_fp8.h): maps the butterflies' outputs u, whose scaled values
+// y = c * u the scales describe, to codes with one multiply by f; where f is not a normal float
+// (a group of tiny values), through y itself as fp8_block does.
+struct TacoQuantizer {
+  Quantizer y;  // q / k of y = c * u
+  float c = 1.f, f = 0.f;
+  bool multiply = false;
+
+  uint8_t operator()(float u) const { return multiply ? float_to_fp8(u * f, y.format) : y(u * c); }
+};
+
+TacoQuantizer make_taco_quantizer(float mu, float c, int ea, const Fp8GroupSpec& s) {
+  TacoQuantizer t{make_quantizer(c * mu, ea, s), c};
+  if (s.scales != Fp8Scales::e8m0) {
+    if (t.y.q > 0.f) t.f = c * (1.f / t.y.q);
+  } else {
+    t.f = (c * t.y.s_k) * t.y.s_ea;
+  }
+  t.multiply = std::isnormal(t.f);
+  return t;
 }
 
 float absmax(const float* v, int n) {
@@ -157,21 +185,31 @@ void write_poisoned_scales(uint8_t* scales, int64_t g, int64_t num_groups, Fp8Sc
 // One finite group in v[0, n) (overwritten); writes its codes and scales.
 void encode_group(float* v, float* scratch, const GroupRef& grp, int64_t g, int64_t num_groups,
                   const Fp8GroupSpec& s, uint8_t* codes, uint8_t* scales) {
-  const float target = fp8_max(s.format);
-  float a = 1.f;
-  int ea = 0;
-  if (s.hadamard) {
-    a = adaptive_scale(v, grp.n, scratch, target);
-    if (s.scales == Fp8Scales::e8m0) {
-      ea = floor_log2(a);
-      a = std::ldexp(1.f, ea);
-    }
-    for (int i = 0; i < grp.n; ++i) v[i] *= a;
-    if (grp.n == s.group) hadamard_transform(v, grp.n);
+  if (!s.hadamard) {
+    const Quantizer qz = make_quantizer(absmax(v, grp.n), 0, s);
+    for (int i = 0; i < grp.n; ++i) codes[grp.base + i * grp.stride] = qz(v[i]);
+    write_scales(scales, g, num_groups, s, qz, 1.f);
+    return;
   }
-  const Quantizer qz = make_quantizer(absmax(v, grp.n), ea, s);
+  const float target = fp8_max(s.format);
+  const float ss = sum_of_squares(v, grp.n, scratch);
+  float a = adaptive_scale(ss, grp.n, target);
+  int ea = 0;
+  if (s.scales == Fp8Scales::e8m0) {
+    ea = floor_log2(a);
+    a = std::ldexp(1.f, ea);
+  }
+  const int e = ss <= kPrescaleSumOfSquares ? 0 : floor_log2(a);
+  if (e != 0) {
+    const float p = std::ldexp(1.f, e);
+    for (int i = 0; i < grp.n; ++i) v[i] *= p;
+  }
+  const bool full = grp.n == s.group;
+  if (full) hadamard_butterflies(v, grp.n);
+  const float c = std::ldexp(a, -e) * (full ? hadamard_scale(grp.n) : 1.f);
+  const TacoQuantizer qz = make_taco_quantizer(absmax(v, grp.n), c, ea, s);
   for (int i = 0; i < grp.n; ++i) codes[grp.base + i * grp.stride] = qz(v[i]);
-  write_scales(scales, g, num_groups, s, qz, a);
+  write_scales(scales, g, num_groups, s, qz.y, a);
 }
 
 // group == 0: one scale for the whole message, no transform.
@@ -260,6 +298,11 @@ DecodeScale read_scale(const uint8_t* scales, int64_t g, int64_t num_groups, Fp8
   return d;
 }
 
+// A taco decode factor that lost precision: subnormal, or 0 from a non-zero scale.
+bool tiny_factor(float mul, float q) {
+  return std::fpclassify(mul) == FP_SUBNORMAL || (mul == 0.f && q != 0.f);
+}
+
 struct StoreF32 {
   float* out;
   void operator()(int64_t i, float v) const { out[i] = v; }
@@ -304,8 +347,24 @@ int64_t decode_impl(const uint8_t* codes, const uint8_t* scales, const Fp8GroupS
         ++poisoned;
         continue;
       }
+      if (s.hadamard) {  // x = butterflies(fp8 values) * (mul * h [/ a])
+        const bool full = grp.n == s.group;
+        const float h = full ? hadamard_scale(grp.n) : 1.f;
+        const bool dual = s.scales == Fp8Scales::dual;
+        const float mul = dual ? d.mul * (h / d.a) : d.mul * h;
+        for (int i = 0; i < grp.n; ++i) v[i] = table[codes[grp.base + i * grp.stride]];
+        if (full) hadamard_butterflies(v.data(), grp.n);
+        if (tiny_factor(mul, d.mul)) {  // scale in steps, so that only the result rounds tiny
+          for (int i = 0; i < grp.n; ++i) {
+            const float y = (v[i] * d.mul) * h;
+            store(grp.base + i * grp.stride, dual ? y / d.a : y);
+          }
+        } else {
+          for (int i = 0; i < grp.n; ++i) store(grp.base + i * grp.stride, v[i] * mul);
+        }
+        continue;
+      }
       for (int i = 0; i < grp.n; ++i) v[i] = table[codes[grp.base + i * grp.stride]] * d.mul;
-      if (s.hadamard && grp.n == s.group) hadamard_transform(v.data(), grp.n);
       if (s.scales == Fp8Scales::dual) {
         for (int i = 0; i < grp.n; ++i) v[i] = v[i] / d.a;
       }

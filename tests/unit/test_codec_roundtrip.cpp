@@ -186,6 +186,25 @@ TEST_F(CodecRoundTrip, GaussianWithOutliersStaysWithinFp8RoundingPerGroup) {
   }
 }
 
+TEST_F(CodecRoundTrip, HugeAndTinyMagnitudesStayWithinFp8Rounding) {
+  // taco scales large groups into range before its butterflies (a sum of squares above 2^64;
+  // 1e30 and 1e36 overflow it) and quantizes groups whose per-element factor would not be a
+  // normal float through the scaled values instead (1e-39, subnormal inputs): every path keeps
+  // the bound.
+  const MessageShape s{16, 512};
+  for (float magnitude : {1e-39f, 1e-37f, 1e-30f, 1e30f, 1e36f}) {
+    const std::vector<float> x = test::random_normal(
+        size_t(s.count()), seed_ + uint64_t(std::log10(magnitude) + 40), 0.f, magnitude);
+    for (const CodecOptions& o : option_sets()) {
+      if (o.kind == CodecKind::none) continue;
+      SCOPED_TRACE(describe(o) + " magnitude " + std::to_string(magnitude));
+      const std::vector<float> xhat = roundtrip(*make_codec(o), x, s);
+      for (size_t i = 0; i < xhat.size(); ++i) ASSERT_TRUE(std::isfinite(xhat[i])) << i;
+      expect_within_fp8_bounds(o, x, xhat, s);
+    }
+  }
+}
+
 TEST_F(CodecRoundTrip, AllZeroDecodesToExactZeros) {
   const MessageShape s{8, 256};
   const std::vector<float> x(size_t(s.count()), 0.f);

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "kernels/codec_fp8.h"
 
@@ -122,6 +124,29 @@ TEST(DivBy, MagnitudeWithinIsInclusiveAndRejectsNaN) {
   EXPECT_FALSE((magnitude_within<-10, 10>(0.f)));
   EXPECT_FALSE((magnitude_within<-10, 10>(std::nanf(""))));
   EXPECT_FALSE((magnitude_within<-10, 10>(INFINITY)));
+}
+
+TEST(DivideU32, EqualsIntegerDivisionForEveryKindOfOperand) {
+  // Edge divisors and numerators, then fresh random pairs over the whole range.
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> divisors = {1, 2, 3, 5, 7, 8, 641, 6700417, (1u << 31) - 1, 1u << 31};
+  std::uniform_int_distribution<uint32_t> any_d(1, 1u << 31), any_n;
+  for (int i = 0; i < 200; ++i) divisors.push_back(any_d(rng) >> (i % 31));
+  int64_t mismatches = 0;
+  for (uint32_t d : divisors) {
+    if (d == 0) continue;
+    const codec::DivideU32 fd = codec::divide_u32(d);
+    for (uint32_t n : {0u, 1u, d - 1, d, d + 1, 2 * d - 1, 0xFFFFFFFFu, 0xFFFFFFFFu - d}) {
+      mismatches += codec::divide(n, fd) != n / d;
+    }
+    for (int k = 0; k < 20000; ++k) {
+      const uint32_t n = any_n(rng);
+      mismatches += codec::divide(n, fd) != n / d;
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
 }
 
 }  // namespace
