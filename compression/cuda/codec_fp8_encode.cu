@@ -56,8 +56,15 @@ struct EncodeRing {
 };
 
 // x [rows, cols] (fp32 or bf16 bits) -> codes and scales of `out`, one warp per 32 / L tiles.
+// Blocks per SM the encode is built for: along tokens, groups of 256 and 512 rows hold more
+// values per lane than 3 blocks' registers allow (ptxas spills over 1 KB there).
+template <int G, bool kTokens>
+constexpr int encode_min_blocks() {
+  return kTokens && G >= 256 ? TACO_CODEC_MIN_BLOCKS : TACO_CODEC_ENCODE_MIN_BLOCKS;
+}
+
 template <class T, int G, bool kTokens>
-__global__ void __launch_bounds__(kThreads, TACO_CODEC_ENCODE_MIN_BLOCKS)
+__global__ void __launch_bounds__(kThreads, encode_min_blocks<G, kTokens>())
     encode_groups_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, GroupParams p,
                          HeaderParams hp, int64_t* nonfinite_groups) {
   using S = TileShape<int(sizeof(T)), G, kTokens>;

@@ -47,9 +47,10 @@ namespace taco::cuda::codec {
 // does the same with its codes (its scales are read a tile ahead), separately for bf16 and fp32
 // outputs. Measured on an H200 (tools/bench/RESULTS.md, 2026-12-03 third pass), 1 GB: the ring
 // takes fp8_block's encode from 2858 to 3508 GB/s and the fp32 decode-accumulate from ~2250 to
-// ~3850, while the bf16 decode at R = 64 stays faster with its registers (2880 vs 2758).
+// ~3850, while the bf16 decode at R = 64 stays faster with its registers (2880 vs 2758); taco's
+// encode runs at 2677 with 8 KB at 3 blocks and 2728 with 4 KB (fp8_block 3563, 3699).
 #ifndef TACO_CODEC_ENCODE_RING_BYTES
-#define TACO_CODEC_ENCODE_RING_BYTES 8192
+#define TACO_CODEC_ENCODE_RING_BYTES 4096
 #endif
 #ifndef TACO_CODEC_ENCODE_MIN_BLOCKS
 #define TACO_CODEC_ENCODE_MIN_BLOCKS 3
