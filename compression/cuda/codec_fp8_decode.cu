@@ -113,9 +113,18 @@ __device__ __forceinline__ void store_tile(const Sink& sink, const TileRef& t, c
   }
 }
 
+// Blocks per SM the decode is built for: along hidden per output type (tile.cuh); along tokens
+// 2, where 3 made ptxas spill up to 860 bytes (fp32 outputs) and the decode-accumulate along
+// tokens fell from ~1170 to ~865 GB/s (H200, 2026-12-03).
+template <class TOut, bool kTokens>
+constexpr int decode_min_blocks() {
+  return kTokens             ? TACO_CODEC_MIN_BLOCKS
+         : sizeof(TOut) == 2 ? TACO_CODEC_DECODE_MIN_BLOCKS
+                             : TACO_CODEC_DECODE_F32_MIN_BLOCKS;
+}
+
 template <class TOut, int G, bool kTokens, bool kAccumulate>
-__global__ void __launch_bounds__(kThreads, sizeof(TOut) == 2 ? TACO_CODEC_DECODE_MIN_BLOCKS
-                                                              : TACO_CODEC_DECODE_F32_MIN_BLOCKS)
+__global__ void __launch_bounds__(kThreads, decode_min_blocks<TOut, kTokens>())
     decode_groups_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
                          TOut* __restrict__ out, GroupParams p, uint32_t* status,
                          int64_t* nonfinite_groups) {
@@ -147,10 +156,10 @@ __global__ void __launch_bounds__(kThreads, sizeof(TOut) == 2 ? TACO_CODEC_DECOD
         for (int j = 0; j < J; ++j) {
           const int k = j * kRun;
           const bool valid = f.r0 + S::offset(k) < f.n;
-          copy_async<kRunBytes>(ring + (stage * J + j) * 32 * kRunBytes,
-                                valid ? codes_in + f.base + S::offset(k) : codes_in, valid);
+          cp_async<kRunBytes>(ring + (stage * J + j) * 32 * kRunBytes,
+                              valid ? codes_in + f.base + S::offset(k) : codes_in, valid);
         }
-        commit_async();
+        cp_async_commit();
       };
       auto scale_of = [&](const TileRef& f) {
         return f.n > 0 ? read_scale(scales, f.first_group, p.num_groups, p.scales)
@@ -165,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(TOut) == 2 ? TACO_CODEC_DECOD
       for (; t0 < p.tiles; t0 += step) {
         const TileRef tn = tile_at<S, G, kTokens>(t0 + step + lane / L, li, p);
         const DecodeScale scale_next = scale_of(tn);
-        wait_async<kStages - 2>();  // this tile's codes are in the ring
+        cp_async_wait<kStages - 2>();  // this tile's codes are in the ring
         CodedTile<S> ct;
 #pragma unroll
         for (int j = 0; j < J; ++j) {
@@ -191,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(TOut) == 2 ? TACO_CODEC_DECOD
         t = tn;
         scale = scale_next;
       }
-      wait_async<0>();
+      cp_async_wait<0>();
       add_count(nonfinite_groups, poisoned_groups);
       return;
     }
@@ -294,15 +303,7 @@ void launch_decode_groups(const DecodeArgs& a, TOut* out) {
   if constexpr (!kTokens) {
     if (p.vectorized) shared = DecodeRing<S, TOut>::kBlockBytes;
   }
-  if (shared > 48 * 1024) {  // above the default dynamic shared memory limit: opt in once
-    static const bool opted_in = [] {
-      TACO_CUDA_OK(cudaFuncSetAttribute(decode_groups_kernel<TOut, G, kTokens, kAccumulate>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        DecodeRing<S, TOut>::kBlockBytes));
-      return true;
-    }();
-    (void)opted_in;
-  }
+  allow_shared_memory<decode_groups_kernel<TOut, G, kTokens, kAccumulate>>(shared);
   decode_groups_kernel<TOut, G, kTokens, kAccumulate><<<blocks, kThreads, shared, a.stream>>>(
       a.in, a.size, a.expect, out, p, a.status, a.nonfinite_groups);
   TACO_LAUNCH_OK();

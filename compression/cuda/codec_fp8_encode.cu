@@ -93,10 +93,10 @@ __global__ void __launch_bounds__(kThreads, encode_min_blocks<G, kTokens>())
 #pragma unroll
         for (int j = 0; j < J; ++j) {
           const bool valid = f.r0 + S::offset(j * S::V) < f.n;
-          copy_async<16>(ring + (stage * J + j) * 32, valid ? x + f.base + S::offset(j * S::V) : x,
-                         valid);
+          cp_async<16>(ring + (stage * J + j) * 32, valid ? x + f.base + S::offset(j * S::V) : x,
+                       valid);
         }
-        commit_async();
+        cp_async_commit();
       };
       int64_t t0 = warp * S::kTilesPerWarp;
 #pragma unroll
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, encode_min_blocks<G, kTokens>())
       int stage = 0;
       for (; t0 < p.tiles; t0 += step) {
         const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
-        wait_async<kStages - 2>();  // this tile's copies are done
+        cp_async_wait<kStages - 2>();  // this tile's copies are done
         RawRuns<T, S> raw;
 #pragma unroll
         for (int j = 0; j < J; ++j) raw.w[j] = ring[(stage * J + j) * 32];
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, encode_min_blocks<G, kTokens>())
         unpack_runs(raw, v[0]);
         encode_tile<S, kTokens>(v, t, li, p, codes_out, scales, poisoned_groups);
       }
-      wait_async<0>();
+      cp_async_wait<0>();
       add_count(nonfinite_groups, poisoned_groups);
       return;
     }
@@ -293,15 +293,7 @@ void launch_encode_groups(const T* x, uint8_t* out, GroupParams p, const HeaderP
   if constexpr (!kTokens) {
     if (p.vectorized) shared = EncodeRing<S>::kBlockBytes;
   }
-  if (shared > 48 * 1024) {  // above the default dynamic shared memory limit: opt in once
-    static const bool opted_in = [] {
-      TACO_CUDA_OK(cudaFuncSetAttribute(encode_groups_kernel<T, G, kTokens>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        EncodeRing<S>::kBlockBytes));
-      return true;
-    }();
-    (void)opted_in;
-  }
+  allow_shared_memory<encode_groups_kernel<T, G, kTokens>>(shared);
   encode_groups_kernel<T, G, kTokens>
       <<<blocks, kThreads, shared, stream>>>(x, out, p, hp, nonfinite_groups);
   TACO_LAUNCH_OK();

@@ -130,6 +130,11 @@ __device__ __forceinline__ int e8m0_exponent(float m, float target) {
   return em - et + (fm > ft ? 1 : 0);
 }
 
+// floor(log2 v) of a normal v: its exponent field less the bias.
+__device__ __forceinline__ int exponent_of(float v) {
+  return int((__float_as_uint(v) >> 23) & 0xFFu) - 127;
+}
+
 __device__ __forceinline__ bool is_normal(float v) {
   const uint32_t e = (__float_as_uint(v) >> 23) & 0xFFu;
   return e != 0 && e != 0xFFu;

@@ -78,6 +78,18 @@ inline unsigned grid_for(int64_t work_items, int64_t items_per_block) {
   return unsigned(needed < 1 ? 1 : needed < cap ? needed : cap);
 }
 
+// Lets Kernel launch with `bytes` of dynamic shared memory: above the default 48 KB it must opt
+// in, once per kernel (bytes is the same at every launch of one kernel).
+template <auto Kernel>
+void allow_shared_memory(int bytes) {
+  if (bytes <= 48 * 1024) return;
+  static const bool opted_in = [bytes] {
+    TACO_CUDA_OK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return true;
+  }();
+  (void)opted_in;
+}
+
 __device__ __forceinline__ void write_header_and_padding(uint8_t* out, const HeaderParams& h) {
   if (blockIdx.x != 0) return;
   for (int i = threadIdx.x; i < int(wire::kHeaderBytes); i += blockDim.x) out[i] = h.bytes[i];
@@ -198,11 +210,11 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
       // a is normal, in [1e-3, 1e3] (for a finite group): floor(log2 a) is its exponent field
       a = adaptive_scale(ss, t.n > 0 ? t.n : 1, p.target);
       if (e8m0) {
-        ea = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;
+        ea = exponent_of(a);
         a = exact_pow2(ea);
       }
       // Large values are scaled into range by 2^e first (rare: ss above 2^64).
-      const int e = ss <= kPrescaleSumOfSquares ? 0 : int((__float_as_uint(a) >> 23) & 0xFFu) - 127;
+      const int e = ss <= kPrescaleSumOfSquares ? 0 : exponent_of(a);
       if (__any_sync(kFullMask, e != 0)) {
         const float pe = exact_pow2(e);
 #pragma unroll

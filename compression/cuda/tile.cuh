@@ -19,6 +19,7 @@
 
 #include "compression/cuda/div_by.h"
 #include "kernels/codec_fp8.h"
+#include "kernels/cuda/cp_async.cuh"
 
 namespace taco::cuda::codec {
 
@@ -240,34 +241,8 @@ __device__ __forceinline__ float get_f32(const uint8_t* p) {
   return __ldg(reinterpret_cast<const float*>(p));
 }
 
-// --- asynchronous copies into shared memory (cp.async, sm_80 and later) ----------------------
-// A lane copies N bytes from global to shared memory without holding them in registers; with
-// valid false it writes N zero bytes and reads nothing. A lane that reads back only what it
-// copied itself needs no barrier, only the wait.
-
-template <int N>
-__device__ __forceinline__ void copy_async(void* shared, const void* global, bool valid) {
-  static_assert(N == 4 || N == 8 || N == 16, "cp.async copies 4, 8 or 16 bytes");
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
-  if constexpr (N == 16) {  // through L2 only
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(global),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(global), "n"(N),
-                 "r"(valid ? N : 0)
-                 : "memory");
-  }
-}
-
-__device__ __forceinline__ void commit_async() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// Waits until at most N of this lane's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void wait_async() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using detail::cp_async;  // kernels/cuda/cp_async.cuh
+using detail::cp_async_commit;
+using detail::cp_async_wait;
 
 }  // namespace taco::cuda::codec

@@ -22,6 +22,7 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cp_async.cuh"
 
 namespace taco::cuda::attention_detail {
 
@@ -48,33 +49,10 @@ inline int checked_head_size(const char* op, int B, int T, int C, int NH) {
   return hs;
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global->shared copy; when !valid nothing is read and the 16 bytes are zero-filled.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-// 4-byte global->shared copy with the same zero-fill rule.
-__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(valid ? 4 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using detail::cp_async;
+using detail::cp_async_commit;
+using detail::cp_async_wait;
+using detail::smem_addr;
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16_t* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -138,7 +116,7 @@ __device__ __forceinline__ void load_rows_async(bf16_t* tile, const bf16_t* rows
       const int r = i / kChunks, c = i % kChunks;
       const bool valid = r < valid_rows;
       const bf16_t* src = rows + (valid ? size_t(r) * row_stride + c * 8 : 0);
-      cp_async_16(tile + r * smem_stride(HS) + c * 8, src, valid);
+      cp_async<16>(tile + r * smem_stride(HS) + c * 8, src, valid);
     }
   }
 }
@@ -147,7 +125,7 @@ __device__ __forceinline__ void load_rows_async(bf16_t* tile, const bf16_t* rows
 template <int ROWS, int THREADS>
 __device__ __forceinline__ void load_floats_async(float* dst, const float* src, int valid) {
   for (int i = int(threadIdx.x); i < ROWS; i += THREADS) {
-    cp_async_4(dst + i, src + (i < valid ? i : 0), i < valid);
+    cp_async<4>(dst + i, src + (i < valid ? i : 0), i < valid);
   }
 }
 

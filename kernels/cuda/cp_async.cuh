@@ -1,0 +1,42 @@
+// Asynchronous global -> shared copies (cp.async, sm_80 and later), shared by the attention
+// kernels and the device codecs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace taco::cuda::detail {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// N bytes (4, 8 or 16) from global to shared memory without passing through registers; with
+// valid false nothing is read and the N bytes are zero-filled. 16-byte copies go through L2
+// only. A thread that reads back only what it copied itself needs no barrier, only the wait.
+template <int N>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool valid) {
+  static_assert(N == 4 || N == 8 || N == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (N == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
+                 "l"(gmem), "r"(valid ? 16 : 0)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(smem)),
+                 "l"(gmem), "n"(N), "r"(valid ? N : 0)
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+}  // namespace taco::cuda::detail
