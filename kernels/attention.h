@@ -6,6 +6,8 @@
 // diagonal are zero). Backward adds into dqkv [B, T, 3*C].
 #pragma once
 
+#include <string>
+
 #include "kernels/dtype.h"
 
 namespace taco::cpu {
@@ -25,7 +27,22 @@ void attention_backward(double* dqkv, const double* dout, const double* qkv, con
 // Instead of att it saves lse [B, NH, T] fp32, the natural log-sum-exp of each query's scaled
 // scores: lse[b, h, t] = ln sum_{s<=t} exp(q_t . k_s / sqrt(hs)). All pointers are device
 // memory, 16-byte aligned; everything runs asynchronously on `stream`.
+//
+// Two engines compute it: cuDNN's fused SDPA (built through cuDNN's backend graph API) and our
+// own FlashAttention-2 style kernels (mma.sync). Both save the same lse, so either forward pairs
+// with either backward.
 namespace taco::cuda {
+
+// kAuto (the default): cuDNN where it has an engine for the shape (T a multiple of 128, cuDNN
+// >= 9), our kernels otherwise. kOwn / kCudnn force one; kCudnn fails with cuDNN's reason where
+// it cannot run the shape. Process-wide.
+enum class AttentionEngine { kAuto, kOwn, kCudnn };
+void attention_select_engine(AttentionEngine engine);
+AttentionEngine attention_selected_engine();
+
+// Which engine runs this shape's forward / backward now and why, e.g. "cuDNN engine 8 (...)" or
+// "own kernel (cuDNN: ...)". Builds cuDNN's plans for the shape if needed (needs a GPU).
+std::string attention_engine_description(bool backward, int B, int T, int C, int NH);
 
 // out [B, T, C] and lse [B, NH, T] are written, qkv [B, T, 3*C] is read.
 void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,

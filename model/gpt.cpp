@@ -138,6 +138,10 @@ void Gpt::set_batch(int slot, const int32_t* inputs, const int32_t* targets) {
   if (targets) device_copy(s.targets.data, targets, N_ * sizeof(int32_t), device_, DeviceKind::cpu);
 }
 
+std::string Gpt::attention_engine() const {
+  return ops::attention_engine_description(device_, B_, T_, C_local_, NH_local_);
+}
+
 double Gpt::forward(const int32_t* inputs, const int32_t* targets, float dloss) {
   set_batch(0, inputs, targets);
   return forward_stage(0, dloss);

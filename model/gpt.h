@@ -37,6 +37,8 @@ class Gpt {
   void bind(const Arena& arena);
 
   const ParamLayout& layout() const { return layout_; }
+  // The attention engine this model's shapes run on (for the run's log line).
+  std::string attention_engine() const;
   Tensor params() const { return params_; }
   Tensor grads() const { return grads_; }
   Tensor params_padded() const { return params_padded_; }

@@ -143,6 +143,11 @@ void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv
       cpu::attention_forward(ptr<Real>(out), ptr<Real>(saved), ptr<Real>(qkv), B, T, C, NH));
 }
 
+std::string attention_engine_description(DeviceKind device, int B, int T, int C, int NH) {
+  if (device == DeviceKind::cuda) return cuda_ops::attention_engine_description(B, T, C, NH);
+  return "CPU reference";
+}
+
 size_t attention_backward_scratch_bytes(DeviceKind device, int B, int T, int C, int NH) {
   if (device == DeviceKind::cuda) return cuda_ops::attention_backward_scratch_bytes(B, T, C, NH);
   return 0;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/runtime/tensor.h"
@@ -46,6 +47,8 @@ void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv
                        int C, int NH);
 // Scratch the backward needs (bytes; 0 on the CPU), planned once by the caller.
 size_t attention_backward_scratch_bytes(DeviceKind device, int B, int T, int C, int NH);
+// Which attention engine runs these shapes (kernels/attention.h), for the run's log line.
+std::string attention_engine_description(DeviceKind device, int B, int T, int C, int NH);
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                         const Tensor& out, const Tensor& saved, const Tensor& scratch, int B, int T,
                         int C, int NH);

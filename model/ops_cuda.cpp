@@ -74,6 +74,13 @@ size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
   return cuda::attention_backward_scratch_bytes(B, T, C, NH);
 }
 
+std::string attention_engine_description(int B, int T, int C, int NH) {
+  const std::string forward = cuda::attention_engine_description(false, B, T, C, NH);
+  const std::string backward = cuda::attention_engine_description(true, B, T, C, NH);
+  if (forward == backward) return forward;
+  return "forward " + forward + ", backward " + backward;
+}
+
 void zero(const Tensor& t) {
   TACO_CHECK(t.device == DeviceKind::cuda, "ops::zero: not a CUDA tensor");
   TACO_CHECK_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), kStream));
@@ -280,6 +287,7 @@ namespace {
 }  // namespace
 
 size_t attention_backward_scratch_bytes(int, int, int, int) { no_cuda("attention_backward"); }
+std::string attention_engine_description(int, int, int, int) { no_cuda("attention_forward"); }
 void zero(const Tensor&) { no_cuda("zero"); }
 void copy(const Tensor&, const Tensor&) { no_cuda("copy"); }
 void token_embedding_forward(const Tensor&, const Tensor&, const Tensor&, int, int, int, int) {

@@ -2,6 +2,7 @@
 // kernels/cuda. In a build without CUDA they throw (no tensor can live on a GPU there).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "engine/runtime/tensor.h"
@@ -9,6 +10,7 @@
 namespace taco::ops::cuda_ops {
 
 size_t attention_backward_scratch_bytes(int B, int T, int C, int NH);
+std::string attention_engine_description(int B, int T, int C, int NH);
 
 void zero(const Tensor& t);
 void copy(const Tensor& dst, const Tensor& src);

@@ -315,18 +315,18 @@ Trainer::~Trainer() = default;
 
 std::string Trainer::describe() const {
   const State& s = *s_;
-  char buf[640];
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "model %s params (L=%d H=%d C=%d T=%d V=%d->%d) | layout %s%s | device %s %s | "
                 "micro-batch %d x %d, %d micro-batches x dp %d = %lld tokens/step | train %s "
-                "tokens in %zu shard(s) | %s",
+                "tokens in %zu shard(s) | %s | attention %s",
                 human(double(s.dims.num_params())).c_str(), s.dims.n_layer, s.dims.n_head,
                 s.dims.d_model, s.dims.seq_len, s.dims.vocab_size, s.dims.padded_vocab,
                 s.grid->layout_string().c_str(), s.cfg.parallel.sequence_parallel ? " +SP" : "",
                 s.device.name.c_str(), dtype_name(s.dtype), s.cfg.train.micro_batch_size,
                 s.dims.seq_len, s.micro_steps, s.cfg.parallel.dp, (long long)s.tokens_per_step,
                 human(double(s.train_data->num_tokens())).c_str(), s.train_data->num_shards(),
-                s.arena->summary(4).c_str());
+                s.arena->summary(4).c_str(), s.model->attention_engine().c_str());
   return buf;
 }
 

@@ -16,6 +16,7 @@
 #include <iterator>
 
 #include "kernels/attention.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace taco::cuda {
@@ -438,6 +439,14 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
   TACO_CHECK(detail::aligned16(dqkv) && detail::aligned16(dout) && detail::aligned16(qkv) &&
                  detail::aligned16(out) && detail::aligned16(lse) && detail::aligned16(scratch),
              "attention_backward: all pointers must be 16-byte aligned");
+  if (detail::attention_uses_cudnn(true, B, T, C, NH)) {
+    // The same scratch layout as our kernel's: D, then the fp32 dq accumulator.
+    float* row_dot = static_cast<float*>(scratch);
+    float* dq_accum = reinterpret_cast<float*>(static_cast<char*>(scratch) + dvec_bytes(B, T, NH));
+    detail::cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, row_dot, dq_accum,
+                                     stream);
+    return;
+  }
   const int index = (hs == 64 ? g_selected64 : g_selected128).load();
   variant_at(hs, index).launch(detail::nv(dqkv), detail::nv(dout), detail::nv(qkv), detail::nv(out),
                                lse, B, T, C, NH, scratch, stream);

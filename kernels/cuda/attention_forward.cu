@@ -9,6 +9,7 @@
 //   l  = l * 2^(m - m') + rowsum(P),          O = O * 2^(m - m') + P V   (P rounded to bf16)
 // and at the end out = O / l, lse = (m + log2 l) * ln 2.
 #include "kernels/attention.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_mma.cuh"
 
 namespace taco::cuda {
@@ -244,6 +245,10 @@ void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int
   const int hs = checked_head_size("attention_forward", B, T, C, NH);
   TACO_CHECK(detail::aligned16(out) && detail::aligned16(qkv) && detail::aligned16(lse),
              "attention_forward: out, qkv and lse must be 16-byte aligned");
+  if (detail::attention_uses_cudnn(false, B, T, C, NH)) {
+    detail::cudnn_attention_forward(out, lse, qkv, B, T, C, NH, stream);
+    return;
+  }
   auto* o = detail::nv(out);
   auto* x = detail::nv(qkv);
   if (hs == 64)

@@ -11,6 +11,7 @@ namespace {
 
 struct DeviceState {
   cublasLtHandle_t lt = nullptr;
+  cudnnHandle_t dnn = nullptr;
   int sm_count = 0;
   int max_smem_optin = 0;
 };
@@ -63,6 +64,19 @@ cublasLtHandle_t cublaslt_handle() {
   DeviceState& s = device_state_locked(device);
   if (!s.lt) TACO_CUBLAS_OK(cublasLtCreate(&s.lt));
   return s.lt;
+}
+
+cudnnHandle_t cudnn_handle() {
+  const int device = current_device();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceState& s = device_state_locked(device);
+  if (!s.dnn) {
+    const cudnnStatus_t status = cudnnCreate(&s.dnn);
+    if (status != CUDNN_STATUS_SUCCESS)
+      ::taco::fail_status("cuDNN", "cudnnCreate", long(status), cudnnGetErrorString(status),
+                          __FILE__, __LINE__);
+  }
+  return s.dnn;
 }
 
 void* cublaslt_workspace(cudaStream_t stream) {

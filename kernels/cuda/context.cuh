@@ -1,7 +1,7 @@
 // Per-device and per-stream state of kernels/cuda, created lazily on first use and kept for the
-// life of the process: the cuBLASLt handle, its 32 MiB workspace, a growable scratch buffer for
-// kernels that reduce in two stages, and cached device properties. Nothing here is visible
-// outside kernels/cuda.
+// life of the process: the cuBLASLt and cuDNN handles, cuBLASLt's 32 MiB workspace, a growable
+// scratch buffer for kernels that reduce in two stages, and cached device properties. Nothing here
+// is visible outside kernels/cuda.
 //
 // Workspace and scratch are per (device, stream): ops on different streams never share them.
 // The first op on a stream (and a scratch request larger than before) allocates with cudaMalloc,
@@ -10,6 +10,7 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <cstddef>
 
@@ -22,6 +23,7 @@ int sm_count();                 // of the current device
 int max_shared_memory_optin();  // bytes per block, of the current device
 
 cublasLtHandle_t cublaslt_handle();             // of the current device
+cudnnHandle_t cudnn_handle();                   // of the current device
 void* cublaslt_workspace(cudaStream_t stream);  // kCublasLtWorkspaceBytes
 
 // At least `bytes` (256-byte aligned) of device memory for this stream, valid until the next

@@ -13,6 +13,11 @@
 // bounds leave a 4-5x margin for the hardware's own accumulation order; a broken tile, mask or
 // fragment layout gives errors of order 1. Every output is filled with NaN before the kernels
 // run, so an element they fail to write fails the test.
+//
+// Two engines run the CUDA attention (kernels/attention.h): our own kernels (the tile-shape
+// tests below force them) and cuDNN's fused SDPA (GpuAttentionCudnn forces it, alone and paired
+// with our kernels through the saved lse); the same tolerances apply to both. cuDNN 9 is a
+// dependency of the project, so on a GPU machine a cuDNN that cannot run these shapes fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -133,7 +138,32 @@ struct Comparison {
   bool dkv_repeatable = false;
 };
 
-void compare_with_reference(const Shape& s, float qk_std, Comparison& r) {
+// Selects an attention engine for the lifetime of this object, then restores the previous one.
+class EngineScope {
+ public:
+  explicit EngineScope(cuda::AttentionEngine engine) : saved_(cuda::attention_selected_engine()) {
+    cuda::attention_select_engine(engine);
+  }
+  ~EngineScope() { cuda::attention_select_engine(saved_); }
+  EngineScope(const EngineScope&) = delete;
+  EngineScope& operator=(const EngineScope&) = delete;
+
+ private:
+  cuda::AttentionEngine saved_;
+};
+
+const char* engine_name(cuda::AttentionEngine e) {
+  return e == cuda::AttentionEngine::kCudnn ? "cudnn"
+         : e == cuda::AttentionEngine::kOwn ? "own"
+                                            : "auto";
+}
+
+// forward_engine runs the forward, backward_engine both backward calls.
+void compare_with_reference(const Shape& s, float qk_std, Comparison& r,
+                            cuda::AttentionEngine forward_engine = cuda::AttentionEngine::kOwn,
+                            cuda::AttentionEngine backward_engine = cuda::AttentionEngine::kOwn) {
+  SCOPED_TRACE(std::string("forward ") + engine_name(forward_engine) + ", backward " +
+               engine_name(backward_engine));
   const size_t rows = size_t(s.B) * s.T;
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -152,7 +182,11 @@ void compare_with_reference(const Shape& s, float qk_std, Comparison& r) {
   qkv_d.upload(qkv_h);
   dout_d.upload(dout_h);
 
-  cuda::attention_forward(out_d.get(), lse_d.get(), qkv_d.get(), s.B, s.T, s.C, s.NH, nullptr);
+  {
+    EngineScope engine(forward_engine);
+    cuda::attention_forward(out_d.get(), lse_d.get(), qkv_d.get(), s.B, s.T, s.C, s.NH, nullptr);
+  }
+  EngineScope engine(backward_engine);
   cuda::attention_backward(dqkv_d.get(), dout_d.get(), qkv_d.get(), out_d.get(), lse_d.get(), s.B,
                            s.T, s.C, s.NH, scratch_d.get(), nullptr);
   CUDA_OK(cudaDeviceSynchronize());
@@ -161,8 +195,10 @@ void compare_with_reference(const Shape& s, float qk_std, Comparison& r) {
   const std::vector<bf16> first = dqkv_d.download();
   r.dqkv = to_float(first);
 
-  // dk and dv have no atomics: a second run must reproduce them bit for bit.
+  // dk and dv have no atomics: a second run must reproduce them bit for bit. The scratch is
+  // poisoned again, so a backward that relies on zeroed scratch fails.
   CUDA_OK(cudaMemset(dqkv_d.get(), 0xff, dqkv_d.bytes()));
+  CUDA_OK(cudaMemset(scratch_d.get(), 0xff, scratch_d.bytes()));
   cuda::attention_backward(dqkv_d.get(), dout_d.get(), qkv_d.get(), out_d.get(), lse_d.get(), s.B,
                            s.T, s.C, s.NH, scratch_d.get(), nullptr);
   CUDA_OK(cudaDeviceSynchronize());
@@ -276,6 +312,50 @@ TEST(GpuAttentionPeaked, SharpSoftmaxStaysAccurate) {
 #endif
 }
 
+// cuDNN's fused attention on T that are multiples of 128 (what it takes; other T fall back to our
+// kernels under kAuto, see GpuAttentionCudnn.AutoFallsBackForOtherLengths): alone, and each
+// direction paired with our kernel, which proves the two lse agree. Sharp softmax too.
+TEST(GpuAttentionCudnn, MatchesCpuReferenceAloneAndPairedWithOwnKernels) {
+  TACO_SKIP_WITHOUT_GPU();
+#if TACO_HAVE_CUDA
+  using E = cuda::AttentionEngine;
+  for (Shape s : {Shape{2, 256, 192, 3}, Shape{2, 128, 512, 4}, Shape{1, 384, 128, 2}}) {
+    SCOPED_TRACE(shape_name(s));
+    std::printf("[ engine ] %s forward: %s; backward: %s\n", shape_name(s).c_str(),
+                cuda::attention_engine_description(false, s.B, s.T, s.C, s.NH).c_str(),
+                cuda::attention_engine_description(true, s.B, s.T, s.C, s.NH).c_str());
+    for (auto [fwd, bwd] : {std::pair{E::kCudnn, E::kCudnn}, std::pair{E::kCudnn, E::kOwn},
+                            std::pair{E::kOwn, E::kCudnn}}) {
+      Comparison r;
+      compare_with_reference(s, 1.f, r, fwd, bwd);
+      expect_forward_close(s, r);
+      expect_backward_close(s, r);
+    }
+    Comparison sharp;
+    compare_with_reference(s, 3.f, sharp, E::kCudnn, E::kCudnn);
+    expect_forward_close(s, sharp);
+    expect_backward_close(s, sharp);
+  }
+#endif
+}
+
+TEST(GpuAttentionCudnn, AutoFallsBackForOtherLengths) {
+  TACO_SKIP_WITHOUT_GPU();
+#if TACO_HAVE_CUDA
+  EngineScope automatic(cuda::AttentionEngine::kAuto);
+  const Shape s{2, 200, 128, 2};
+  const std::string forward = cuda::attention_engine_description(false, s.B, s.T, s.C, s.NH);
+  EXPECT_EQ(forward.rfind("own kernel", 0), 0u) << forward;
+  Comparison r;
+  compare_with_reference(s, 1.f, r, cuda::AttentionEngine::kAuto, cuda::AttentionEngine::kAuto);
+  expect_forward_close(s, r);
+  expect_backward_close(s, r);
+  EngineScope forced(cuda::AttentionEngine::kCudnn);
+  EXPECT_THROW(cuda::attention_forward(nullptr, nullptr, nullptr, s.B, s.T, s.C, s.NH, nullptr),
+               UserError);
+#endif
+}
+
 TEST(GpuAttentionInput, RejectsUnsupportedHeadSize) {
   TACO_SKIP_WITHOUT_GPU();
 #if TACO_HAVE_CUDA
@@ -336,19 +416,13 @@ TEST(GpuAttentionModelShapes, LastHeadMatchesReferenceAndTimingIsReported) {
       cuda::attention_backward(dqkv_d.get(), dout_d.get(), qkv_d.get(), out_d.get(), lse_d.get(),
                                s.B, s.T, s.C, s.NH, scratch_d.get(), nullptr);
     };
-    forward();
-    backward();
-    CUDA_OK(cudaDeviceSynchronize());
-    const std::vector<float> out = to_float(out_d.download());
-    const std::vector<float> lse = lse_d.download();
-    ASSERT_EQ(count_nonfinite(out), 0u);
-    ASSERT_EQ(count_nonfinite(lse), 0u);
 
-    // Timing: mean of 20 launches after the warm-up above.
+    // Timing: mean of 20 launches after a warm-up.
     cudaEvent_t start, stop;
     CUDA_OK(cudaEventCreate(&start));
     CUDA_OK(cudaEventCreate(&stop));
     auto time_ms = [&](auto&& op) {
+      op();
       const int reps = 20;
       cudaEventRecord(start);
       for (int i = 0; i < reps; ++i) op();
@@ -359,60 +433,88 @@ TEST(GpuAttentionModelShapes, LastHeadMatchesReferenceAndTimingIsReported) {
       return double(ms) / reps;
     };
     const double fwd_flop = 4.0 * s.B * s.NH * double(s.T) * s.T * hs / 2;  // causal half
-    const double fwd_ms = time_ms(forward);
-    // Every backward tile shape, the default (0) last so that its output is the one checked.
-    for (int v = cuda::attention_backward_variants(hs) - 1; v >= 0; --v) {
-      cuda::attention_backward_select(hs, v);
-      backward();
-      const double bwd_ms = time_ms(backward);
+    auto report = [&](double fwd_ms, double bwd_ms, const std::string& engine) {
       std::printf(
           "[ timing ] taco attention %s bf16 causal: fwd %.3f ms %.1f TFLOP/s | bwd %.3f ms "
-          "%.1f TFLOP/s | fwd+bwd %.3f ms %.1f TFLOP/s | bwd tiles %s%s\n",
+          "%.1f TFLOP/s | fwd+bwd %.3f ms %.1f TFLOP/s | %s\n",
           shape_name(s).c_str(), fwd_ms, fwd_flop / fwd_ms * 1e-9, bwd_ms,
           2.5 * fwd_flop / bwd_ms * 1e-9, fwd_ms + bwd_ms,
-          3.5 * fwd_flop / (fwd_ms + bwd_ms) * 1e-9, cuda::attention_backward_variant_name(hs, v),
-          v == 0 ? " (default)" : "");
+          3.5 * fwd_flop / (fwd_ms + bwd_ms) * 1e-9, engine.c_str());
+    };
+
+    // Reference for head NH-1 of sequence B-1, as a one-head problem of width hs, against what
+    // the last forward and backward left in out, lse and dqkv.
+    auto expect_last_head_matches = [&] {
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<float> out = to_float(out_d.download());
+      const std::vector<float> lse = lse_d.download();
+      const std::vector<float> dqkv = to_float(dqkv_d.download());
+      ASSERT_EQ(count_nonfinite(out), 0u);
+      ASSERT_EQ(count_nonfinite(lse), 0u);
+      ASSERT_EQ(count_nonfinite(dqkv), 0u);
+      const Shape one{1, s.T, hs, 1};
+      const size_t off = size_t(s.B - 1) * s.T;
+      const int h = s.NH - 1;
+      std::vector<float> qkv1(size_t(s.T) * 3 * hs), dout1(size_t(s.T) * hs);
+      std::vector<float> got_out(dout1.size()), got_dqkv(qkv1.size()), got_lse(s.T);
+      for (int t = 0; t < s.T; ++t) {
+        for (int part = 0; part < 3; ++part)
+          for (int d = 0; d < hs; ++d) {
+            const size_t src = (off + t) * 3 * s.C + size_t(part) * s.C + h * hs + d;
+            qkv1[(size_t(t) * 3 + part) * hs + d] = bf16_to_float(qkv_h[src]);
+            got_dqkv[(size_t(t) * 3 + part) * hs + d] = dqkv[src];
+          }
+        for (int d = 0; d < hs; ++d) {
+          dout1[size_t(t) * hs + d] = bf16_to_float(dout_h[(off + t) * s.C + h * hs + d]);
+          got_out[size_t(t) * hs + d] = out[(off + t) * s.C + h * hs + d];
+        }
+        got_lse[t] = lse[(size_t(s.B - 1) * s.NH + h) * s.T + t];
+      }
+      Comparison r;
+      r.out = got_out;
+      r.lse = got_lse;
+      r.dqkv = got_dqkv;
+      r.dkv_repeatable = true;
+      std::vector<float> att(size_t(s.T) * s.T);
+      r.out_ref.assign(got_out.size(), 0.f);
+      cpu::attention_forward(r.out_ref.data(), att.data(), qkv1.data(), 1, s.T, hs, 1);
+      r.dqkv_ref.assign(qkv1.size(), 0.f);
+      cpu::attention_backward(r.dqkv_ref.data(), dout1.data(), qkv1.data(), att.data(), 1, s.T, hs,
+                              1);
+      r.lse_ref = reference_lse(qkv1, one);
+      expect_forward_close(one, r);
+      expect_backward_close(one, r);
+    };
+
+    {
+      // Our kernels: every backward tile shape, the default (0) last so that its output is the
+      // one checked.
+      EngineScope own(cuda::AttentionEngine::kOwn);
+      const double fwd_ms = time_ms(forward);
+      for (int v = cuda::attention_backward_variants(hs) - 1; v >= 0; --v) {
+        cuda::attention_backward_select(hs, v);
+        report(fwd_ms, time_ms(backward),
+               std::string("own kernels, bwd tiles ") +
+                   cuda::attention_backward_variant_name(hs, v) + (v == 0 ? " (default)" : ""));
+      }
+      SCOPED_TRACE("own kernels");
+      expect_last_head_matches();
+    }
+    {
+      EngineScope cudnn(cuda::AttentionEngine::kCudnn);
+      CUDA_OK(cudaMemset(out_d.get(), 0xff, out_d.bytes()));
+      CUDA_OK(cudaMemset(lse_d.get(), 0xff, lse_d.bytes()));
+      CUDA_OK(cudaMemset(dqkv_d.get(), 0xff, dqkv_d.bytes()));
+      const double fwd_ms = time_ms(forward);
+      const double bwd_ms = time_ms(backward);
+      report(fwd_ms, bwd_ms,
+             "cuDNN: fwd " + cuda::attention_engine_description(false, s.B, s.T, s.C, s.NH) +
+                 ", bwd " + cuda::attention_engine_description(true, s.B, s.T, s.C, s.NH));
+      SCOPED_TRACE("cuDNN");
+      expect_last_head_matches();
     }
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
-    backward();
-    CUDA_OK(cudaDeviceSynchronize());
-    const std::vector<float> dqkv = to_float(dqkv_d.download());
-    ASSERT_EQ(count_nonfinite(dqkv), 0u);
-
-    // Reference for head NH-1 of sequence B-1, as a one-head problem of width hs.
-    const Shape one{1, s.T, hs, 1};
-    const size_t off = size_t(s.B - 1) * s.T;
-    const int h = s.NH - 1;
-    std::vector<float> qkv1(size_t(s.T) * 3 * hs), dout1(size_t(s.T) * hs);
-    std::vector<float> got_out(dout1.size()), got_dqkv(qkv1.size()), got_lse(s.T);
-    for (int t = 0; t < s.T; ++t) {
-      for (int part = 0; part < 3; ++part)
-        for (int d = 0; d < hs; ++d) {
-          const size_t src = (off + t) * 3 * s.C + size_t(part) * s.C + h * hs + d;
-          qkv1[(size_t(t) * 3 + part) * hs + d] = bf16_to_float(qkv_h[src]);
-          got_dqkv[(size_t(t) * 3 + part) * hs + d] = dqkv[src];
-        }
-      for (int d = 0; d < hs; ++d) {
-        dout1[size_t(t) * hs + d] = bf16_to_float(dout_h[(off + t) * s.C + h * hs + d]);
-        got_out[size_t(t) * hs + d] = out[(off + t) * s.C + h * hs + d];
-      }
-      got_lse[t] = lse[(size_t(s.B - 1) * s.NH + h) * s.T + t];
-    }
-    Comparison r;
-    r.out = got_out;
-    r.lse = got_lse;
-    r.dqkv = got_dqkv;
-    r.dkv_repeatable = true;
-    std::vector<float> att(size_t(s.T) * s.T);
-    r.out_ref.assign(got_out.size(), 0.f);
-    cpu::attention_forward(r.out_ref.data(), att.data(), qkv1.data(), 1, s.T, hs, 1);
-    r.dqkv_ref.assign(qkv1.size(), 0.f);
-    cpu::attention_backward(r.dqkv_ref.data(), dout1.data(), qkv1.data(), att.data(), 1, s.T, hs,
-                            1);
-    r.lse_ref = reference_lse(qkv1, one);
-    expect_forward_close(one, r);
-    expect_backward_close(one, r);
   }
 #endif
 }

@@ -27,6 +27,7 @@
 
 #include "engine/runtime/cuda_check.h"
 #include "engine/train/metrics.h"
+#include "kernels/attention.h"
 #include "kernels/gradnorm.h"
 #include "model/ops.h"
 #include "tools/bench/bench_step.h"
@@ -47,6 +48,7 @@ struct Args {
   uint64_t seed = 1234;
   std::string json;
   std::string torch_script;
+  std::string attention = "auto";  // auto | own | cudnn (kernels/attention.h's AttentionEngine)
   bool torch = false, per_kernel = false, check = false;
 };
 
@@ -87,6 +89,10 @@ Args parse_args(const std::vector<std::string>& a) {
     } else if (a[i] == "--torch-script") {
       r.torch_script = value(i);
       r.torch = true;
+    } else if (a[i] == "--attention") {
+      r.attention = value(i);
+      if (r.attention != "auto" && r.attention != "own" && r.attention != "cudnn")
+        throw UserError("--attention: '" + r.attention + "' is not one of auto, own, cudnn");
     } else if (a[i] == "--per-kernel") {
       r.per_kernel = true;
     } else if (a[i] == "--check") {
@@ -418,6 +424,9 @@ int step(const std::vector<std::string>& args) {
     throw UserError("no CUDA device found; taco-bench step needs one GPU");
   const DeviceInfo device = select_device(true, 0);
   const Shape shape = shape_of(a);
+  cuda::attention_select_engine(a.attention == "own"     ? cuda::AttentionEngine::kOwn
+                                : a.attention == "cudnn" ? cuda::AttentionEngine::kCudnn
+                                                         : cuda::AttentionEngine::kAuto);
   // In use before the model: the CUDA context (what PyTorch's allocator statistics leave out).
   size_t free_before = 0, total_before = 0;
   TACO_CHECK_CUDA(cudaFree(nullptr));
@@ -432,6 +441,12 @@ int step(const std::vector<std::string>& args) {
       d.padded_vocab, d.num_params() / 1e6, device.name.c_str());
   std::printf("%d warmup + %d timed steps, %d tokens/step, %.3g flops/token (6N + 6LTd)\n",
               a.warmup, a.steps, runner->tokens_per_step(), step_detail::flops_per_token(d));
+  const std::string attention_fwd =
+      cuda::attention_engine_description(false, shape.batch, d.seq_len, d.d_model, d.n_head);
+  const std::string attention_bwd =
+      cuda::attention_engine_description(true, shape.batch, d.seq_len, d.d_model, d.n_head);
+  std::printf("attention (--attention %s): forward %s; backward %s\n", a.attention.c_str(),
+              attention_fwd.c_str(), attention_bwd.c_str());
   std::fflush(stdout);
 
   const StepResult r = run_steps(*runner, a, total_before - free_before);
@@ -487,6 +502,8 @@ int step(const std::vector<std::string>& args) {
         .add("heads", (long long)d.n_head)
         .add("seq_len", (long long)d.seq_len)
         .add("batch", (long long)shape.batch)
+        .add("attention_forward", attention_fwd)
+        .add("attention_backward", attention_bwd)
         .add("vocab", (long long)d.padded_vocab)
         .add("params", (long long)d.num_params())
         .add("steps", (long long)a.steps)
