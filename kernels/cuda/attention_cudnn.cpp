@@ -446,7 +446,8 @@ Plan& plan_for(bool backward, const Shape& s) {
   Plan& plan = g_plans[key];
   if (!cudnn_runtime_ok(plan.failure)) return plan;
   // The backward engines of cuDNN <= 9.15 need T % 128 == 0 without a padding mask (the frontend
-  // adds one otherwise); we take our own kernels for such T instead.
+  // adds one otherwise); we take our own kernels for such T instead, in both directions (the
+  // forward was only measured on such T).
   if (s.T % 128 != 0) {
     plan.failure = "T = " + std::to_string(s.T) + " is not a multiple of 128";
     return plan;
@@ -457,7 +458,13 @@ Plan& plan_for(bool backward, const Shape& s) {
                                      {false, false, true},
                                      {true, true, true}}
                : std::vector<Recipe>{{false, false, false}, {true, false, false}};
-  cudnnHandle_t handle = cudnn_handle();
+  cudnnHandle_t handle = nullptr;
+  try {
+    handle = cudnn_handle();  // fails where cuDNN's libraries cannot be loaded
+  } catch (const ::taco::Error& e) {
+    plan.failure = e.what();
+    return plan;
+  }
   std::string failures;
   for (const Recipe& recipe : recipes) {
     try {
@@ -486,6 +493,9 @@ Shape shape_of(int B, int T, int C, int NH) { return {B, T, NH, C / NH}; }
 void execute(Plan& plan, const std::vector<int64_t>& uids, const std::vector<void*>& pointers,
              cudaStream_t stream) {
   cudnnHandle_t handle = cudnn_handle();
+  // The handle is shared per device and carries the stream: one execute at a time.
+  static std::mutex execute_mutex;
+  std::lock_guard<std::mutex> lock(execute_mutex);
   TACO_CUDNN_OK(cudnnSetStream(handle, stream));
   void* workspace =
       plan.workspace_bytes > 0 ? scratch(stream, size_t(plan.workspace_bytes)) : nullptr;
@@ -527,14 +537,6 @@ bool attention_uses_cudnn(bool backward, int B, int T, int C, int NH) {
         " T=" + std::to_string(T) + " C=" + std::to_string(C) + " NH=" + std::to_string(NH) + " (" +
         plan.failure + "); select the auto or own attention engine");
   return plan.plan != nullptr;
-}
-
-bool cudnn_attention_forward_ready(int B, int T, int C, int NH) {
-  return plan_for(false, shape_of(B, T, C, NH)).plan != nullptr;
-}
-
-bool cudnn_attention_backward_ready(int B, int T, int C, int NH) {
-  return plan_for(true, shape_of(B, T, C, NH)).plan != nullptr;
 }
 
 std::string cudnn_attention_describe(bool backward, int B, int T, int C, int NH) {
