@@ -53,9 +53,13 @@ struct BackwardConfig {
 // keys64/queries32 0.445; B8 T2048 hs128: keys128/queries32 1.773 ms, keys64/queries32 1.840,
 // keys64/queries16 2.007.
 
-// Scratch layout: D [B, NH, T] fp32, then the dq accumulator [B, T, C] fp32 at 256-byte offset.
+// Scratch layout: D [B, NH, T] fp32, then the dq accumulator [B, T, C] fp32 at 256-byte offset
+// (cuDNN's backward uses the same two buffers).
 size_t dvec_bytes(int B, int T, int NH) {
   return (size_t(B) * NH * T * sizeof(float) + 255) / 256 * 256;
+}
+float* dq_accumulator(void* scratch, int B, int T, int NH) {
+  return reinterpret_cast<float*>(static_cast<unsigned char*>(scratch) + dvec_bytes(B, T, NH));
 }
 
 // D[b, h, t] = sum_d dout[b, t, h*HS + d] * out[b, t, h*HS + d]; zeroes the dq accumulator.
@@ -348,8 +352,7 @@ void launch_backward(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const 
                      const float* lse, int B, int T, int C, int NH, void* scratch,
                      cudaStream_t stream) {
   float* dvec = static_cast<float*>(scratch);
-  float* dq_accum =
-      reinterpret_cast<float*>(static_cast<unsigned char*>(scratch) + dvec_bytes(B, T, NH));
+  float* dq_accum = dq_accumulator(scratch, B, T, NH);
   const float scale = 1.f / sqrtf(float(Cfg::HS));
   const size_t num_chunks = size_t(B) * T * C / 8;
   const int threads = 256;
@@ -439,14 +442,10 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
   TACO_CHECK(detail::aligned16(dqkv) && detail::aligned16(dout) && detail::aligned16(qkv) &&
                  detail::aligned16(out) && detail::aligned16(lse) && detail::aligned16(scratch),
              "attention_backward: all pointers must be 16-byte aligned");
-  if (detail::attention_uses_cudnn(true, B, T, C, NH)) {
-    // The same scratch layout as our kernel's: D, then the fp32 dq accumulator.
-    float* row_dot = static_cast<float*>(scratch);
-    float* dq_accum = reinterpret_cast<float*>(static_cast<char*>(scratch) + dvec_bytes(B, T, NH));
-    detail::cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, row_dot, dq_accum,
-                                     stream);
+  if (detail::cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH,
+                                       static_cast<float*>(scratch),
+                                       dq_accumulator(scratch, B, T, NH), stream))
     return;
-  }
   const int index = (hs == 64 ? g_selected64 : g_selected128).load();
   variant_at(hs, index).launch(detail::nv(dqkv), detail::nv(dout), detail::nv(qkv), detail::nv(out),
                                lse, B, T, C, NH, scratch, stream);

@@ -46,26 +46,10 @@ struct BuildFailure {
   std::string what;
 };
 
-std::string cudnn_message(cudnnStatus_t status) {
-  std::string text = cudnnGetErrorString(status);
-  char detail[512] = {0};
-  cudnnGetLastErrorString(detail, sizeof(detail));
-  if (detail[0]) text += std::string(": ") + detail;
-  return text;
-}
-
 void build_ok(cudnnStatus_t status, const char* what) {
   if (status != CUDNN_STATUS_SUCCESS)
-    throw BuildFailure{std::string(what) + ": " + cudnn_message(status)};
+    throw BuildFailure{std::string(what) + ": " + cudnn_status_text(status)};
 }
-
-#define TACO_CUDNN_OK(call)                                                       \
-  do {                                                                            \
-    cudnnStatus_t taco_cudnn_status_ = (call);                                    \
-    if (taco_cudnn_status_ != CUDNN_STATUS_SUCCESS)                               \
-      ::taco::fail_status("cuDNN", #call, long(taco_cudnn_status_),               \
-                          cudnn_message(taco_cudnn_status_), __FILE__, __LINE__); \
-  } while (0)
 
 // One backend descriptor, destroyed with its owner.
 class Descriptor {
@@ -268,7 +252,7 @@ class GraphBuilder {
       plan->set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[size_t(i)]);
       const cudnnStatus_t status = cudnnBackendFinalize(plan->get());
       if (status != CUDNN_STATUS_SUCCESS) {
-        rejected = cudnn_message(status);
+        rejected = cudnn_status_text(status);
         continue;
       }
       int64_t n = 0;
@@ -319,22 +303,33 @@ struct Shape {
   Dims row_strides() const { return {H * T, T, 1, 1}; }
 };
 
+// The tensors both directions use, and their scaled scores S = scale * Q K^T [B, H, T, T].
+struct Scores {
+  cudnnBackendDescriptor_t q, kt, stats, scale, neg_inf, scaled;
+};
+
+Scores scaled_scores(GraphBuilder& g, const Shape& s) {
+  Scores r;
+  r.q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, s.heads(), s.qkv_strides());
+  r.kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, s.heads_transposed(), s.transposed_qkv_strides());
+  r.stats = g.tensor(kStats, CUDNN_DATA_FLOAT, s.rows(), s.row_strides());
+  r.scale = g.scalar(kScale);
+  r.neg_inf = g.scalar(kNegInf);
+  auto qk = g.virt(CUDNN_DATA_FLOAT, s.scores(), s.score_strides());
+  g.matmul(r.q, r.kt, qk);
+  r.scaled = g.virt(CUDNN_DATA_FLOAT, s.scores(), s.score_strides());
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, qk, r.scaled, r.scale);
+  return r;
+}
+
 void build_forward(GraphBuilder& g, const Shape& s, const Recipe& recipe) {
   const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-  auto q = g.tensor(kQ, bf16, s.heads(), s.qkv_strides());
-  auto kt = g.tensor(kK, bf16, s.heads_transposed(), s.transposed_qkv_strides());
+  const Scores sc = scaled_scores(g, s);
   auto v = g.tensor(kV, bf16, s.heads(), s.qkv_strides());
   auto o = g.tensor(kO, bf16, s.heads(), s.out_strides());
-  auto stats = g.tensor(kStats, f32, s.rows(), s.row_strides());
-  auto scale = g.scalar(kScale);
-  auto neg_inf = g.scalar(kNegInf);
   const Dims S = s.scores(), sS = s.score_strides(), R = s.rows(), sR = s.row_strides();
 
-  auto qk = g.virt(f32, S, sS);
-  g.matmul(q, kt, qk);
-  auto scaled = g.virt(f32, S, sS);
-  g.pointwise(CUDNN_POINTWISE_MUL, f32, qk, scaled, scale);
-  auto masked = g.causal_mask(scaled, neg_inf, S, sS, recipe);
+  auto masked = g.causal_mask(sc.scaled, sc.neg_inf, S, sS, recipe);
   auto row_max = g.virt(f32, R, sR);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, row_max);
   auto shifted = g.virt(f32, S, sS);
@@ -345,7 +340,7 @@ void build_forward(GraphBuilder& g, const Shape& s, const Recipe& recipe) {
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, row_sum);
   auto log_sum = g.virt(f32, R, sR);
   g.pointwise(CUDNN_POINTWISE_LOG, f32, row_sum, log_sum);
-  g.pointwise(CUDNN_POINTWISE_ADD, f32, row_max, stats, log_sum);
+  g.pointwise(CUDNN_POINTWISE_ADD, f32, row_max, sc.stats, log_sum);
   auto p = g.virt(bf16, S, sS);  // the second GEMM's operand: bf16, as the engines require
   g.pointwise(CUDNN_POINTWISE_DIV, f32, e, p, row_sum);
   g.matmul(p, v, o);
@@ -353,19 +348,14 @@ void build_forward(GraphBuilder& g, const Shape& s, const Recipe& recipe) {
 
 void build_backward(GraphBuilder& g, const Shape& s, const Recipe& recipe) {
   const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-  auto q = g.tensor(kQ, bf16, s.heads(), s.qkv_strides());
-  auto kt = g.tensor(kK, bf16, s.heads_transposed(), s.transposed_qkv_strides());
   auto vt = g.tensor(kV, bf16, s.heads_transposed(), s.transposed_qkv_strides());
   auto o = g.tensor(kO, bf16, s.heads(), s.out_strides());
   auto d_o = g.tensor(kDO, bf16, s.heads(), s.out_strides());
-  auto stats = g.tensor(kStats, f32, s.rows(), s.row_strides());
   auto dq = g.tensor(kDQ, bf16, s.heads(), s.qkv_strides());
   auto dk = g.tensor(kDK, bf16, s.heads(), s.qkv_strides());
   auto dv = g.tensor(kDV, bf16, s.heads(), s.qkv_strides());
   auto row_dot = g.tensor(kRowDot, f32, s.rows(), s.row_strides());
   auto dq_accum = g.tensor(kDQAccum, f32, s.heads(), {s.H * s.T * s.hs, s.T * s.hs, s.hs, 1});
-  auto scale = g.scalar(kScale);
-  auto neg_inf = g.scalar(kNegInf);
   auto one = g.scalar(kOne);
   const Dims S = s.scores(), sS = s.score_strides(), sT = s.transposed_score_strides();
   const Dims R = s.rows(), sR = s.row_strides();
@@ -376,14 +366,12 @@ void build_backward(GraphBuilder& g, const Shape& s, const Recipe& recipe) {
   auto dot = g.virt(f32, R, sR);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, do_o, dot);
   g.pointwise(CUDNN_POINTWISE_MUL, f32, dot, row_dot, one);
-  // P from Q, K and the forward's Stats
-  auto qk = g.virt(f32, S, sS);
-  g.matmul(q, kt, qk);
-  auto scaled = g.virt(f32, S, sS);
-  g.pointwise(CUDNN_POINTWISE_MUL, f32, qk, scaled, scale);
+  // P = exp(mask(S) - Stats), recomputed (after the ops above: the op order is the one cuDNN's
+  // frontends emit)
+  const Scores sc = scaled_scores(g, s);
   auto shifted = g.virt(f32, S, sS);
-  g.pointwise(CUDNN_POINTWISE_SUB, f32, scaled, shifted, stats);
-  auto masked = g.causal_mask(shifted, neg_inf, S, sS, recipe);
+  g.pointwise(CUDNN_POINTWISE_SUB, f32, sc.scaled, shifted, sc.stats);
+  auto masked = g.causal_mask(shifted, sc.neg_inf, S, sS, recipe);
   auto p = g.virt(f32, S, sS);
   g.pointwise(CUDNN_POINTWISE_EXP, f32, masked, p);
   // dV = P^T dO
@@ -403,14 +391,14 @@ void build_backward(GraphBuilder& g, const Shape& s, const Recipe& recipe) {
   auto weighted = g.virt(f32, S, sS);
   g.pointwise(CUDNN_POINTWISE_MUL, f32, centered, weighted, p);
   auto ds = g.virt(f32, S, sS);
-  g.pointwise(CUDNN_POINTWISE_MUL, f32, weighted, ds, scale);
+  g.pointwise(CUDNN_POINTWISE_MUL, f32, weighted, ds, sc.scale);
   // dK = dS^T Q
   auto dst = g.virt(bf16, S, sT);
   g.reshape(ds, dst);
-  g.matmul(dst, q, dk);
+  g.matmul(dst, sc.q, dk);
   // dQ = dS K, accumulated in fp32, then bf16
   auto k_view = g.virt(recipe.k_view_bf16 ? bf16 : f32, s.heads(), s.qkv_strides());
-  g.reshape(kt, k_view);
+  g.reshape(sc.kt, k_view);
   g.matmul(ds, k_view, dq_accum);
   g.pointwise(CUDNN_POINTWISE_IDENTITY, f32, dq_accum, dq);
 }
@@ -418,6 +406,7 @@ void build_backward(GraphBuilder& g, const Shape& s, const Recipe& recipe) {
 struct Plan {
   std::vector<std::unique_ptr<Descriptor>> descriptors;  // keeps the graph alive
   Descriptor* plan = nullptr;                            // null: `failure` says why
+  cudnnHandle_t handle = nullptr;                        // of the plan's device
   int64_t workspace_bytes = 0;
   int64_t engine = -1;
   std::string recipe;
@@ -475,6 +464,7 @@ Plan& plan_for(bool backward, const Shape& s) {
         build_forward(g, s, recipe);
       g.build_plan(handle, plan.plan, plan.workspace_bytes, plan.engine);
       plan.descriptors = g.release();
+      plan.handle = handle;
       plan.recipe = recipe.name();
       plan.failure.clear();
       return plan;
@@ -490,9 +480,9 @@ Plan& plan_for(bool backward, const Shape& s) {
 Shape shape_of(int B, int T, int C, int NH) { return {B, T, NH, C / NH}; }
 
 // Runs `plan` with the real tensors' pointers (by-value scalars point to host floats).
-void execute(Plan& plan, const std::vector<int64_t>& uids, const std::vector<void*>& pointers,
+void execute(const Plan& plan, const std::vector<int64_t>& uids, const std::vector<void*>& pointers,
              cudaStream_t stream) {
-  cudnnHandle_t handle = cudnn_handle();
+  cudnnHandle_t handle = plan.handle;
   // The handle is shared per device and carries the stream: one execute at a time.
   static std::mutex execute_mutex;
   std::lock_guard<std::mutex> lock(execute_mutex);
@@ -524,11 +514,10 @@ std::string describe(const Plan& plan) {
 
 std::atomic<AttentionEngine> g_engine{AttentionEngine::kAuto};
 
-}  // namespace
-
-bool attention_uses_cudnn(bool backward, int B, int T, int C, int NH) {
+// The plan to run this shape with, by the selected engine; null where our kernels run instead.
+const Plan* selected_plan(bool backward, int B, int T, int C, int NH) {
   const AttentionEngine engine = g_engine.load();
-  if (engine == AttentionEngine::kOwn) return false;
+  if (engine == AttentionEngine::kOwn) return nullptr;
   const Plan& plan = plan_for(backward, shape_of(B, T, C, NH));
   if (engine == AttentionEngine::kCudnn && !plan.plan)
     throw ::taco::UserError(
@@ -536,29 +525,32 @@ bool attention_uses_cudnn(bool backward, int B, int T, int C, int NH) {
         ": the cuDNN engine was selected but cannot run B=" + std::to_string(B) +
         " T=" + std::to_string(T) + " C=" + std::to_string(C) + " NH=" + std::to_string(NH) + " (" +
         plan.failure + "); select the auto or own attention engine");
-  return plan.plan != nullptr;
+  return plan.plan ? &plan : nullptr;
 }
+
+}  // namespace
 
 std::string cudnn_attention_describe(bool backward, int B, int T, int C, int NH) {
   return describe(plan_for(backward, shape_of(B, T, C, NH)));
 }
 
-void cudnn_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+bool cudnn_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
                              cudaStream_t stream) {
-  Plan& plan = plan_for(false, shape_of(B, T, C, NH));
-  TACO_CHECK(plan.plan != nullptr, "cudnn_attention_forward: no cuDNN plan: " + plan.failure);
+  const Plan* plan = selected_plan(false, B, T, C, NH);
+  if (!plan) return false;
   float scale = 1.f / std::sqrt(float(C / NH));
   float neg_inf = -INFINITY;
   bf16* x = const_cast<bf16*>(qkv);
-  execute(plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
+  execute(*plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
           {x, x + C, x + 2 * C, out, lse, &scale, &neg_inf}, stream);
+  return true;
 }
 
-void cudnn_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+bool cudnn_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* lse, int B, int T, int C, int NH, float* row_dot,
                               float* dq_accum, cudaStream_t stream) {
-  Plan& plan = plan_for(true, shape_of(B, T, C, NH));
-  TACO_CHECK(plan.plan != nullptr, "cudnn_attention_backward: no cuDNN plan: " + plan.failure);
+  const Plan* plan = selected_plan(true, B, T, C, NH);
+  if (!plan) return false;
   // No memset of the fp32 dQ accumulator: cuDNN >= 9.6 zeroes it itself (its frontend stopped
   // doing so at 9.6). gpu_attention poisons the scratch with NaN before every backward, so a
   // cuDNN that did not would fail there. Measured on the H200: 124M 542.3k -> 546.0k tok/s.
@@ -566,12 +558,13 @@ void cudnn_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
   float neg_inf = -INFINITY;
   float one = 1.f;
   bf16* x = const_cast<bf16*>(qkv);
-  execute(plan,
+  execute(*plan,
           {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kRowDot, kDQAccum, kScale, kNegInf, kOne},
           {x, x + C, x + 2 * C, const_cast<bf16*>(out), const_cast<bf16*>(dout),
            const_cast<float*>(lse), dqkv, dqkv + C, dqkv + 2 * C, row_dot, dq_accum, &scale,
            &neg_inf, &one},
           stream);
+  return true;
 }
 
 }  // namespace taco::cuda::detail

@@ -245,10 +245,7 @@ void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int
   const int hs = checked_head_size("attention_forward", B, T, C, NH);
   TACO_CHECK(detail::aligned16(out) && detail::aligned16(qkv) && detail::aligned16(lse),
              "attention_forward: out, qkv and lse must be 16-byte aligned");
-  if (detail::attention_uses_cudnn(false, B, T, C, NH)) {
-    detail::cudnn_attention_forward(out, lse, qkv, B, T, C, NH, stream);
-    return;
-  }
+  if (detail::cudnn_attention_forward(out, lse, qkv, B, T, C, NH, stream)) return;
   auto* o = detail::nv(out);
   auto* x = detail::nv(qkv);
   if (hs == 64)

@@ -1,4 +1,4 @@
-// Status checks for the CUDA runtime and cuBLASLt inside kernels/cuda, all through
+// Status checks for the CUDA runtime, cuBLASLt and cuDNN inside kernels/cuda, all through
 // taco::fail_status, so a failure reads "rank R: LIB call failed (code): text [file:line]".
 // (kernels/ may not include engine/; these mirror engine/runtime/cuda_check.h under their own
 // names so both headers can meet in one translation unit.)
@@ -6,6 +6,9 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <string>
 
 #include "kernels/check.h"
 
@@ -23,6 +26,26 @@
     if (taco_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                        \
       ::taco::fail_status("cuBLASLt", #call, long(taco_cublas_status_),                      \
                           cublasLtGetStatusString(taco_cublas_status_), __FILE__, __LINE__); \
+  } while (0)
+
+namespace taco::cuda::detail {
+// cuDNN's name for `status` and, where it has one, its last error message on this thread.
+inline std::string cudnn_status_text(cudnnStatus_t status) {
+  std::string text = cudnnGetErrorString(status);
+  char detail[512] = {0};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  if (detail[0]) text += std::string(": ") + detail;
+  return text;
+}
+}  // namespace taco::cuda::detail
+
+#define TACO_CUDNN_OK(call)                                                                      \
+  do {                                                                                           \
+    cudnnStatus_t taco_cudnn_status_ = (call);                                                   \
+    if (taco_cudnn_status_ != CUDNN_STATUS_SUCCESS)                                              \
+      ::taco::fail_status("cuDNN", #call, long(taco_cudnn_status_),                              \
+                          ::taco::cuda::detail::cudnn_status_text(taco_cudnn_status_), __FILE__, \
+                          __LINE__);                                                             \
   } while (0)
 
 // After a kernel launch: a bad launch configuration surfaces here, not at the next sync.

@@ -70,12 +70,7 @@ cudnnHandle_t cudnn_handle() {
   const int device = current_device();
   std::lock_guard<std::mutex> lock(g_mutex);
   DeviceState& s = device_state_locked(device);
-  if (!s.dnn) {
-    const cudnnStatus_t status = cudnnCreate(&s.dnn);
-    if (status != CUDNN_STATUS_SUCCESS)
-      ::taco::fail_status("cuDNN", "cudnnCreate", long(status), cudnnGetErrorString(status),
-                          __FILE__, __LINE__);
-  }
+  if (!s.dnn) TACO_CUDNN_OK(cudnnCreate(&s.dnn));
   return s.dnn;
 }
 
