@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "kernels/dtype.h"
 
@@ -39,6 +41,20 @@ constexpr uint64_t kRoundToNearest = 0;
 
 void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v, size_t n,
                   const AdamWParams& hp, uint64_t rounding_seed, Stream stream);
+
+// A whole parameter buffer in one or a few launches (a GPT has eight weight-decay runs per
+// layer; one launch each would cost more in launches and tails than the update itself). Range k
+// updates params and grads [offset, offset + numel) and master, m and v [state_offset,
+// state_offset + numel) with its own weight_decay; hp.weight_decay is not used. Ranges must not
+// overlap. Same math and rounding as the one-range call; the stochastic-rounding hash takes the
+// element's index into params.
+struct AdamWRange {
+  size_t offset = 0, state_offset = 0, numel = 0;
+  float weight_decay = 0.f;
+};
+void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v,
+                  const std::vector<AdamWRange>& ranges, const AdamWParams& hp,
+                  uint64_t rounding_seed, Stream stream);
 
 // Elementwise conversions (e.g. master weights from bf16 parameters), bf16 rounded to nearest.
 void convert_bf16_to_f32(float* out, const bf16* in, size_t n, Stream stream);

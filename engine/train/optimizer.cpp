@@ -75,29 +75,34 @@ void AdamW::update(const Tensor& params, const Tensor& grads, double lr, float g
   TACO_CHECK(params.data == params_.data, "AdamW::update on another parameter buffer than bound");
   TACO_CHECK(grads.dtype == dtype_ && grads.numel == layout_.total(),
              "AdamW::update: gradients differ from the parameters' dtype or size");
-  for (const Range& r : ranges_) {
-    const cpu::AdamWParams hp{float(lr),
-                              float(cfg_.beta1),
-                              float(cfg_.beta2),
-                              float(cfg_.eps),
-                              r.decay ? float(cfg_.weight_decay) : 0.f,
-                              grad_scale,
-                              step};
-    float* m = m_.as<float>() + (r.offset - begin_);
-    float* v = v_.as<float>() + (r.offset - begin_);
-    if (dtype_ == DType::f32) {
-      cpu::adamw_update(params.as<float>() + r.offset, grads.as<float>() + r.offset, m, v, r.numel,
-                        hp);
-      continue;
+  const cpu::AdamWParams hp{float(lr),
+                            float(cfg_.beta1),
+                            float(cfg_.beta2),
+                            float(cfg_.eps),
+                            float(cfg_.weight_decay),
+                            grad_scale,
+                            step};
+  if (dtype_ == DType::f32) {
+    for (const Range& r : ranges_) {
+      cpu::AdamWParams range_hp = hp;
+      if (!r.decay) range_hp.weight_decay = 0.f;
+      cpu::adamw_update(params.as<float>() + r.offset, grads.as<float>() + r.offset,
+                        m_.as<float>() + (r.offset - begin_), v_.as<float>() + (r.offset - begin_),
+                        r.numel, range_hp);
     }
-#if TACO_HAVE_CUDA
-    // Legacy default stream, in order with the model's ops; parameters rounded to nearest from
-    // the master (the master carries the small updates, so no stochastic rounding is needed).
-    cuda::adamw_update(params.as<bf16>() + r.offset, master_.as<float>() + (r.offset - begin_),
-                       grads.as<bf16>() + r.offset, m, v, r.numel, hp, cuda::kRoundToNearest,
-                       nullptr);
-#endif
+    return;
   }
+#if TACO_HAVE_CUDA
+  // All ranges in one launch (a few for deep models), on the legacy default stream in order with
+  // the model's ops; parameters rounded to nearest from the master (the master carries the small
+  // updates, so no stochastic rounding is needed).
+  std::vector<cuda::AdamWRange> ranges;
+  ranges.reserve(ranges_.size());
+  for (const Range& r : ranges_)
+    ranges.push_back({r.offset, r.offset - begin_, r.numel, r.decay ? hp.weight_decay : 0.f});
+  cuda::adamw_update(params.as<bf16>(), master_.as<float>(), grads.as<bf16>(), m_.as<float>(),
+                     v_.as<float>(), ranges, hp, cuda::kRoundToNearest, nullptr);
+#endif
 }
 
 }  // namespace taco

@@ -34,25 +34,27 @@ __device__ __forceinline__ float round_stochastic(float x, uint32_t bits) {
   return __uint_as_float(((u + (bits & 0xffffu)) >> 16) << 16);
 }
 
+// The update's operands; apply() updates W elements at params/grads index i and state
+// (master, m, v) index j with weight decay wd.
 struct AdamW {
   nv_bf16* params;
   float* master;  // nullptr: the bf16 parameters are the weights
   const nv_bf16* grads;
   float* m;
   float* v;
-  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  float lr, beta1, beta2, eps, grad_scale;
   float inv_bias_correction1, inv_bias_correction2;  // 1 / (1 - beta^t)
   uint64_t rounding_seed;
   uint32_t step;
 
   template <int W>
-  __device__ void apply(size_t i) const {
+  __device__ void apply(size_t i, size_t j, float wd) const {
     float g[W], mm[W], vv[W], p[W];
     load<W>(g, grads + i);
-    load<W>(mm, m + i);
-    load<W>(vv, v + i);
+    load<W>(mm, m + j);
+    load<W>(vv, v + j);
     if (master) {
-      load<W>(p, master + i);
+      load<W>(p, master + j);
     } else {
       load<W>(p, params + i);
     }
@@ -63,11 +65,11 @@ struct AdamW {
       vv[e] = beta2 * vv[e] + (1.f - beta2) * ge * ge;
       // One division per element: the bias corrections are reciprocals taken once per launch.
       p[e] -= lr * (mm[e] * inv_bias_correction1 / (sqrtf(vv[e] * inv_bias_correction2) + eps) +
-                    weight_decay * p[e]);
+                    wd * p[e]);
     }
-    store<W>(m + i, mm);
-    store<W>(v + i, vv);
-    if (master) store<W>(master + i, p);
+    store<W>(m + j, mm);
+    store<W>(v + j, vv);
+    if (master) store<W>(master + j, p);
     if (rounding_seed != kRoundToNearest) {
 #pragma unroll
       for (int e = 0; e < W; ++e)
@@ -76,6 +78,47 @@ struct AdamW {
     store<W>(params + i, p);
   }
 };
+
+// Up to kRangesPerLaunch ranges per launch, passed by value (well under the 4 KB parameter
+// limit). Range r owns blocks [first_block[r], first_block[r + 1]), each a chunk of kChunk
+// elements (the last one shorter).
+constexpr int kRangesPerLaunch = 48;
+constexpr int kThreads = 256;
+constexpr size_t kChunk = size_t(kThreads) * 8 * 4;  // four 8-wide steps per thread
+
+struct RangeTable {
+  int count;
+  unsigned first_block[kRangesPerLaunch + 1];
+  unsigned long long offset[kRangesPerLaunch], state_offset[kRangesPerLaunch];
+  unsigned long long numel[kRangesPerLaunch];
+  float weight_decay[kRangesPerLaunch];
+  bool vectorized[kRangesPerLaunch];  // 16-byte aligned at both offsets
+};
+
+__global__ void __launch_bounds__(kThreads) adamw_ranges_kernel(AdamW op, RangeTable t) {
+  // The range that owns this block: the last r with first_block[r] <= blockIdx.x.
+  int lo = 0, hi = t.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (t.first_block[mid] <= blockIdx.x) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const size_t begin = size_t(blockIdx.x - t.first_block[lo]) * kChunk;
+  const size_t end = min(begin + kChunk, size_t(t.numel[lo]));
+  const size_t i0 = t.offset[lo], j0 = t.state_offset[lo];
+  const float wd = t.weight_decay[lo];
+  size_t scalar_from = begin;
+  if (t.vectorized[lo]) {
+    scalar_from = begin + (end - begin) / 8 * 8;
+    for (size_t k = begin + size_t(threadIdx.x) * 8; k < scalar_from; k += size_t(kThreads) * 8)
+      op.apply<8>(i0 + k, j0 + k, wd);
+  }
+  for (size_t k = scalar_from + threadIdx.x; k < end; k += kThreads)
+    op.apply<1>(i0 + k, j0 + k, wd);
+}
 
 struct ToFloat {
   float* out;
@@ -101,27 +144,59 @@ struct ToBf16 {
 
 }  // namespace
 
+void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v,
+                  const std::vector<AdamWRange>& ranges, const AdamWParams& hp,
+                  uint64_t rounding_seed, Stream stream) {
+  TACO_CHECK(hp.step >= 1, "adamw_update: step is 1-based");
+  const AdamW op{nv(params),
+                 master,
+                 nv(grads),
+                 m,
+                 v,
+                 hp.lr,
+                 hp.beta1,
+                 hp.beta2,
+                 hp.eps,
+                 hp.grad_scale,
+                 float(1.0 / (1.0 - std::pow(double(hp.beta1), double(hp.step)))),
+                 float(1.0 / (1.0 - std::pow(double(hp.beta2), double(hp.step)))),
+                 rounding_seed,
+                 uint32_t(hp.step)};
+  const bool bases_aligned = detail::aligned16(params) && detail::aligned16(master) &&
+                             detail::aligned16(grads) && detail::aligned16(m) &&
+                             detail::aligned16(v);
+  RangeTable t{};
+  size_t blocks = 0;
+  auto launch = [&] {
+    if (t.count == 0) return;
+    t.first_block[t.count] = unsigned(blocks);
+    adamw_ranges_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(op, t);
+    TACO_LAUNCH_OK();
+    t = RangeTable{};
+    blocks = 0;
+  };
+  for (const AdamWRange& r : ranges) {
+    if (r.numel == 0) continue;
+    const size_t chunks = detail::ceil_div(r.numel, kChunk);
+    TACO_CHECK(chunks < (size_t(1) << 31), "adamw_update: range too large for one launch");
+    if (t.count == kRangesPerLaunch || blocks + chunks >= (size_t(1) << 31)) launch();
+    const int k = t.count++;
+    t.first_block[k] = unsigned(blocks);
+    t.offset[k] = r.offset;
+    t.state_offset[k] = r.state_offset;
+    t.numel[k] = r.numel;
+    t.weight_decay[k] = r.weight_decay;
+    // 8-wide steps need every access 16-byte aligned: offsets in multiples of 8 elements.
+    t.vectorized[k] = bases_aligned && r.offset % 8 == 0 && r.state_offset % 8 == 0;
+    blocks += chunks;
+  }
+  launch();
+}
+
 void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v, size_t n,
                   const AdamWParams& hp, uint64_t rounding_seed, Stream stream) {
-  TACO_CHECK(hp.step >= 1, "adamw_update: step is 1-based");
-  AdamW op{nv(params),
-           master,
-           nv(grads),
-           m,
-           v,
-           hp.lr,
-           hp.beta1,
-           hp.beta2,
-           hp.eps,
-           hp.weight_decay,
-           hp.grad_scale,
-           float(1.0 / (1.0 - std::pow(double(hp.beta1), double(hp.step)))),
-           float(1.0 / (1.0 - std::pow(double(hp.beta2), double(hp.step)))),
-           rounding_seed,
-           uint32_t(hp.step)};
-  const bool vec = detail::aligned16(params) && detail::aligned16(master) &&
-                   detail::aligned16(grads) && detail::aligned16(m) && detail::aligned16(v);
-  detail::launch_elementwise(op, n, vec, stream);
+  adamw_update(params, master, grads, m, v, {AdamWRange{0, 0, n, hp.weight_decay}}, hp,
+               rounding_seed, stream);
 }
 
 void convert_bf16_to_f32(float* out, const bf16* in, size_t n, Stream stream) {

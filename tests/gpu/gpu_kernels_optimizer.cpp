@@ -90,6 +90,58 @@ TEST(CudaAdamW, MasterWeightUpdateMatchesCpuReference) {
       0u);
 }
 
+// The whole-buffer call: more ranges than one launch takes (kRangesPerLaunch = 48), lengths
+// from 1 element to several chunks, odd offsets (scalar path) beside aligned ones, alternating
+// weight decay, and state offsets shifted from the parameter offsets as under ZeRO-1 (the state
+// holds only the shard [kShardBegin, end)). Gaps between ranges must stay untouched.
+TEST(CudaAdamW, ManyRangesInFewLaunchesMatchTheCpuReferencePerRange) {
+  TACO_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::describe("seed ", seed));
+  std::mt19937_64 rng(seed);
+  constexpr size_t kShardBegin = 1000;
+  std::vector<cuda::AdamWRange> ranges;
+  size_t at = kShardBegin;
+  for (int k = 0; k < 100; ++k) {
+    const size_t lengths[] = {1, 7, 8, 768, 2304, 8191, 8192, 8200, 40000};
+    const size_t numel = lengths[rng() % 9];
+    const size_t gap = k % 5 == 0 ? rng() % 3 : 0;  // odd offsets now and then
+    at += gap;
+    ranges.push_back({at, at - kShardBegin, numel, k % 2 ? 0.f : 0.1f});
+    at += numel;
+  }
+  const size_t total = at, shard = total - kShardBegin;
+  const State s = random_state(total, seed);  // master, m, v index the shard; grads the buffer
+  State ref = s;
+  for (const cuda::AdamWRange& r : ranges) {
+    cpu::adamw_update(ref.master.data() + r.state_offset, ref.grads.data() + r.offset,
+                      ref.m.data() + r.state_offset, ref.v.data() + r.state_offset, r.numel,
+                      hyper(r.weight_decay));
+  }
+  const std::vector<float> untouched = test::random_normal(total, seed + 7);
+  DeviceArray<float> d_master(std::vector<float>(s.master.begin(), s.master.begin() + shard));
+  DeviceArray<float> d_m(std::vector<float>(s.m.begin(), s.m.begin() + shard));
+  DeviceArray<float> d_v(std::vector<float>(s.v.begin(), s.v.begin() + shard));
+  DeviceArray<bf16> d_grads(to_bf16(s.grads)), d_params(to_bf16(untouched));
+  cpu::AdamWParams hp = hyper(123.f);  // must be ignored: each range has its own decay
+  cuda::adamw_update(d_params.get(), d_master.get(), d_grads.get(), d_m.get(), d_v.get(), ranges,
+                     hp, cuda::kRoundToNearest, nullptr);
+  const auto master = d_master.download(), m = d_m.download(),
+             params = to_float(d_params.download());
+  auto head = [&](const std::vector<float>& x) {
+    return std::vector<float>(x.begin(), x.begin() + shard);
+  };
+  EXPECT_LT(test::relative_l2_of_increment(master, head(ref.master), head(s.master)), 1e-4);
+  EXPECT_LT(test::relative_l2(m, head(ref.m)), 1e-5);
+  EXPECT_LT(test::relative_l2(d_v.download(), head(ref.v)), 1e-5);
+  // Parameters inside a range are the new master rounded; outside every range, what was there.
+  std::vector<float> expected = test::rounded_to_bf16(untouched);
+  for (const cuda::AdamWRange& r : ranges)
+    for (size_t i = 0; i < r.numel; ++i)
+      expected[r.offset + i] = bf16_to_float(float_to_bf16(master[r.state_offset + i]));
+  EXPECT_EQ(test::count_bit_differences(params, expected), 0u);
+}
+
 TEST(CudaAdamW, WithoutMasterWeightsUpdatesBf16ParametersDirectly) {
   TACO_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::fresh_seed();
