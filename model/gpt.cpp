@@ -163,25 +163,44 @@ void Gpt::backward_stage(int slot, float dloss) {
   if (layout_.spec().has_embedding) backward_embedding(s);
 }
 
-void Gpt::add_positions(const Tensor& x, int row0, int rows) {
-  // Split the rows at sequence boundaries: row r holds position r % T.
-  const Tensor wpe = param("wpe");
+namespace {
+
+// Row r holds position r % T. The rows split into a partial sequence at either end (under SP a
+// rank's rows may start or stop mid-sequence) and whole sequences between, one call for all of
+// those.
+template <class Fn>
+void for_each_position_run(int row0, int rows, int T, const Fn& fn) {
   for (int r = row0; r < row0 + rows;) {
-    const int t0 = r % T_, len = std::min(T_ - t0, row0 + rows - r);
-    ops::position_embedding_forward(x.slice(size_t(r - row0) * C_, size_t(len) * C_),
-                                    wpe.slice(size_t(t0) * C_, size_t(len) * C_), 1, len, C_);
-    r += len;
+    const int t0 = r % T, left = row0 + rows - r;
+    if (t0 == 0 && left >= T) {
+      const int seqs = left / T;
+      fn(r - row0, 0, seqs, T);  // (first row, first position, sequences, length)
+      r += seqs * T;
+    } else {
+      const int len = std::min(T - t0, left);
+      fn(r - row0, t0, 1, len);
+      r += len;
+    }
   }
+}
+
+}  // namespace
+
+void Gpt::add_positions(const Tensor& x, int row0, int rows) {
+  const Tensor wpe = param("wpe");
+  for_each_position_run(row0, rows, T_, [&](int row, int t0, int seqs, int len) {
+    ops::position_embedding_forward(x.slice(size_t(row) * C_, size_t(seqs) * len * C_),
+                                    wpe.slice(size_t(t0) * C_, size_t(len) * C_), seqs, len, C_);
+  });
 }
 
 void Gpt::add_position_grads(const Tensor& dx, int row0, int rows) {
   const Tensor dwpe = grad("wpe");
-  for (int r = row0; r < row0 + rows;) {
-    const int t0 = r % T_, len = std::min(T_ - t0, row0 + rows - r);
+  for_each_position_run(row0, rows, T_, [&](int row, int t0, int seqs, int len) {
     ops::position_embedding_backward(dwpe.slice(size_t(t0) * C_, size_t(len) * C_),
-                                     dx.slice(size_t(r - row0) * C_, size_t(len) * C_), 1, len, C_);
-    r += len;
-  }
+                                     dx.slice(size_t(row) * C_, size_t(seqs) * len * C_), seqs, len,
+                                     C_);
+  });
 }
 
 // Embedding: vocab-parallel token rows summed over tp (SP: reduce-scattered to this rank's token
