@@ -38,8 +38,9 @@ void matmul_backward(double* dinp, double* dweight, double* dbias, const double*
 //     and dbias (parameter gradients; either may be nullptr). With pre_gelu != nullptr (the
 //     pre-GELU activation [N, IC] that produced inp, i.e. this is the MLP's second layer),
 //     dinp = (dout weight) * gelu'(pre_gelu): the gradient flows on through the GELU (DGELU
-//     epilogue). dbias comes from the dweight GEMM's BGRADB epilogue where available, else from
-//     a deterministic column-sum kernel.
+//     epilogue). dbias comes from a deterministic column-sum kernel.
+// The first call of each shape times up to eight of cuBLASLt's candidate algorithms on its own
+// operands (without touching what it accumulates into) and keeps the fastest for the process.
 namespace taco::cuda {
 
 void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N, int IC,
@@ -48,8 +49,13 @@ void matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, c
                      const bf16* weight, int N, int IC, int OC, const bf16* pre_gelu,
                      Stream stream);
 
-// For tests and benchmarks: false computes GELU, dGELU and the bias gradient with separate
-// kernels instead of cuBLASLt epilogues (same math, different rounding). Process-wide; default on.
+// For tests and benchmarks: false computes GELU and dGELU with separate kernels instead of
+// cuBLASLt epilogues (same math, different rounding). Process-wide; default on.
 void matmul_set_fused_epilogues(bool enabled);
+// false: shapes met from now on take cuBLASLt's first heuristic choice untimed (the choice then
+// repeats from run to run; tuned choices may differ between runs by timing noise). Default on.
+void matmul_set_autotune(bool enabled);
+// How many shapes had more than one candidate and were timed, so far in this process.
+int matmul_autotuned_shapes();
 
 }  // namespace taco::cuda

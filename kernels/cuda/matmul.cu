@@ -8,20 +8,28 @@
 // Epilogues fused where cuBLASLt has an algorithm for them (each falls back to a separate
 // kernel otherwise, or when matmul_set_fused_epilogues(false)):
 //   BIAS (forward), GELU_AUX_BIAS (forward, also stores the pre-GELU value), DGELU (dinp times
-//   gelu'(pre_gelu)), BGRADB (dbias = column sums of dout, which the dweight GEMM reads anyway;
-//   it writes a bf16 vector that one small kernel then adds into dbias).
-// The separate bias gradient is a deterministic two-stage column sum of dout.
+//   gelu'(pre_gelu)).
+// The bias gradient is always our deterministic two-stage column sum of dout: cuBLASLt's BGRADB
+// epilogue runs as a separate kernel of its own on the H200 and costs more (9 to 42 us per
+// GPT-2 124M layer GEMM against 8 to 30 us for ours), and its bits would depend on the GEMM
+// algorithm, which autotuning may pick differently on each rank.
+//
+// Algorithms: the first call of each shape asks cuBLASLt's heuristic for up to kCandidates
+// algorithms, times each on the call's own operands and keeps the fastest (its first choice is
+// up to 25% slower on some of GPT-2's shapes, e.g. the dGELU GEMM); matmul_set_autotune(false)
+// keeps the heuristic's first choice.
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
-#include "kernels/residual.h"
 
 namespace taco::cuda {
 namespace {
@@ -32,6 +40,9 @@ using detail::nv;
 using detail::nv_bf16;
 
 std::atomic<bool> g_fused_epilogues{true};
+std::atomic<bool> g_autotune{true};
+std::atomic<int> g_tuned_shapes{0};
+constexpr int kCandidates = 8;
 
 // One cuBLASLt call: column-major D[m, n] = op(A)[m, k] op(B)[k, n] (+ D when accumulate).
 struct Gemm {
@@ -45,7 +56,7 @@ struct Gemm {
   int64_t ldd = 0;
   bool accumulate = false;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const void* bias = nullptr;  // BIAS: input [m]; BGRADB: output [n]
+  const void* bias = nullptr;  // BIAS: input [m]
   void* aux = nullptr;         // GELU_AUX: pre-GELU output; DGELU: pre-GELU input; ld = ld_aux
   int64_t ld_aux = 0;
 };
@@ -86,15 +97,16 @@ uint32_t alignment_of(const void* p) {
   return lowest_bit >= 256 ? 256u : uint32_t(lowest_bit);
 }
 
-// The heuristic's choice depends on the shapes, the epilogue and the pointer alignments.
+// The choice depends on the shapes, the epilogue, the pointer alignments and (for the timing)
+// whether D is accumulated into.
 struct AlgoKey {
   int device;
   int64_t m, n, k, lda, ldb, ldd, ld_aux;
-  int trans_a, trans_b, epilogue;
+  int trans_a, trans_b, epilogue, accumulate;
   uint32_t align_a, align_b, align_d, align_bias, align_aux;
   auto tie() const {
-    return std::tie(device, m, n, k, lda, ldb, ldd, ld_aux, trans_a, trans_b, epilogue, align_a,
-                    align_b, align_d, align_bias, align_aux);
+    return std::tie(device, m, n, k, lda, ldb, ldd, ld_aux, trans_a, trans_b, epilogue, accumulate,
+                    align_a, align_b, align_d, align_bias, align_aux);
   }
   bool operator<(const AlgoKey& o) const { return tie() < o.tie(); }
 };
@@ -139,6 +151,54 @@ std::string shape_text(const Gemm& g) {
          " epilogue=" + std::to_string(int(g.epilogue));
 }
 
+// The fastest of the candidates for g, each timed on g's own operands after a warm-up call.
+// D (and C) go to a temporary buffer, so an accumulating GEMM's output is untouched; an
+// epilogue's other output (GELU's pre-activation) is written again by the call that follows.
+// Candidates that fail to run are skipped; if none runs, or no buffer can be had, the
+// heuristic's first choice stands.
+cublasLtMatmulAlgo_t fastest(const Gemm& g, const Descriptors& ds,
+                             const std::vector<cublasLtMatmulAlgo_t>& candidates,
+                             cudaStream_t stream) {
+  if (candidates.size() < 2) return candidates.front();
+  void* d = nullptr;
+  if (cudaMalloc(&d, size_t(g.ldd) * size_t(g.n) * sizeof(nv_bf16)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return candidates.front();
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TACO_CUDA_OK(cudaEventCreate(&start));
+  TACO_CUDA_OK(cudaEventCreate(&stop));
+  const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
+  void* workspace = detail::cublaslt_workspace(stream);
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(detail::cublaslt_handle(), ds.op, &alpha, g.a, ds.a, g.b, ds.b, &beta, d,
+                          ds.d, d, ds.d, &algo, workspace, detail::kCublasLtWorkspaceBytes, stream);
+  };
+  constexpr int kReps = 5;
+  cublasLtMatmulAlgo_t best = candidates.front();
+  float best_ms = INFINITY;
+  for (const cublasLtMatmulAlgo_t& algo : candidates) {
+    if (run(algo) != CUBLAS_STATUS_SUCCESS) continue;
+    TACO_CUDA_OK(cudaEventRecord(start, stream));
+    bool ok = true;
+    for (int r = 0; r < kReps && ok; ++r) ok = run(algo) == CUBLAS_STATUS_SUCCESS;
+    TACO_CUDA_OK(cudaEventRecord(stop, stream));
+    TACO_CUDA_OK(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    TACO_CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
+    if (ok && ms < best_ms) {
+      best_ms = ms;
+      best = algo;
+    }
+  }
+  TACO_CUDA_OK(cudaEventDestroy(start));
+  TACO_CUDA_OK(cudaEventDestroy(stop));
+  TACO_CUDA_OK(cudaStreamSynchronize(stream));
+  TACO_CUDA_OK(cudaFree(d));
+  g_tuned_shapes.fetch_add(1);
+  return best;
+}
+
 // Runs g; returns false (nothing written) when cuBLASLt has no algorithm for an optional
 // epilogue, so the caller can fall back. Any other failure throws.
 bool run_gemm(const Gemm& g, cudaStream_t stream) {
@@ -170,6 +230,7 @@ bool run_gemm(const Gemm& g, cudaStream_t stream) {
                     g.trans_a,
                     g.trans_b,
                     int(g.epilogue),
+                    g.accumulate,
                     alignment_of(g.a),
                     alignment_of(g.b),
                     alignment_of(g.d),
@@ -194,17 +255,20 @@ bool run_gemm(const Gemm& g, cudaStream_t stream) {
     set_pref(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
     set_pref(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
     set_pref(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
     int returned = 0;
+    const int wanted = g_autotune ? kCandidates : 1;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        handle, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &result, &returned);
-    entry.supported =
-        status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-    entry.algo = result.algo;
+        handle, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, wanted, results, &returned);
+    std::vector<cublasLtMatmulAlgo_t> candidates;
+    for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < returned; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) candidates.push_back(results[i].algo);
+    entry.supported = !candidates.empty();
     if (!entry.supported && !epilogue_optional(g.epilogue)) {
       fail_status("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", long(status),
                   "no algorithm for bf16 GEMM " + shape_text(g), __FILE__, __LINE__);
     }
+    if (entry.supported) entry.algo = fastest(g, ds, candidates, stream);
     std::lock_guard<std::mutex> lock(g_algo_mutex);
     g_algos[key] = entry;
   }
@@ -288,6 +352,10 @@ void require(bool ran, const Gemm& g) {
 
 void matmul_set_fused_epilogues(bool enabled) { g_fused_epilogues = enabled; }
 
+void matmul_set_autotune(bool enabled) { g_autotune = enabled; }
+
+int matmul_autotuned_shapes() { return g_tuned_shapes.load(); }
+
 void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N, int IC,
                     int OC, bf16* pre_gelu, Stream stream) {
   check_shape("matmul_forward", N, IC, OC);
@@ -343,17 +411,6 @@ void matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, c
     // D[IC, OC] += inp[IC, N] op_T(dout)[N, OC]
     Gemm g = plain_gemm(false, true, IC, OC, N, inp, IC, dout, OC, dweight, IC);
     g.accumulate = true;
-    if (dbias && g_fused_epilogues) {
-      auto* column_sums = static_cast<bf16*>(detail::scratch(stream, size_t(OC) * sizeof(bf16)));
-      g.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-      g.bias = column_sums;
-      if (run_gemm(g, stream)) {
-        residual_forward(dbias, dbias, column_sums, size_t(OC), stream);
-        return;
-      }
-      g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-      g.bias = nullptr;
-    }
     require(run_gemm(g, stream), g);
   }
   if (dbias) bias_backward(dbias, dout, N, OC, stream);

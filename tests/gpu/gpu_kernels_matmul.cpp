@@ -45,7 +45,10 @@ const Shape kLmHead = {32, 768, 50304};
 // Restores the default after each test, whatever it asserted.
 class CudaMatmul : public ::testing::Test {
  protected:
-  void TearDown() override { cuda::matmul_set_fused_epilogues(true); }
+  void TearDown() override {
+    cuda::matmul_set_fused_epilogues(true);
+    cuda::matmul_set_autotune(true);
+  }
 };
 
 struct Inputs {
@@ -104,6 +107,41 @@ TEST_F(CudaMatmul, ForwardWithGeluWritesActivationAndPreActivation) {
       EXPECT_LT(test::relative_l2(to_float(d_pre.download()), pre_ref), 1e-2);
       EXPECT_LT(test::relative_l2(to_float(d_out.download()), out_ref), 1e-2);
     }
+  }
+}
+
+// The first call of a shape times cuBLASLt's candidates on its own operands: the accumulated
+// weight gradient must come out as if only the real call had run. A shape no other test uses
+// (so this call is its first), with and without autotuning.
+TEST_F(CudaMatmul, FirstCallTunesWithoutDisturbingTheAccumulatedGradient) {
+  TACO_SKIP_WITHOUT_GPU();
+  for (bool tune : {true, false}) {
+    cuda::matmul_set_autotune(tune);
+    const Shape s = tune ? Shape{1000, 96, 136} : Shape{1000, 104, 136};
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(test::describe(name(s), tune ? " tuned" : " heuristic", " seed ", seed));
+    const Inputs in = random_inputs(s, seed);
+    const auto dout = test::random_bf16_values(size_t(s.N) * s.OC, seed + 3);
+    const auto dweight0 = test::random_bf16_values(size_t(s.OC) * s.IC, seed + 4, 0.f, 30.f);
+    std::vector<float> dinp_ref(size_t(s.N) * s.IC, 0.f), dweight_ref = dweight0;
+    cpu::matmul_backward(dinp_ref.data(), dweight_ref.data(), nullptr, dout.data(), in.inp.data(),
+                         in.weight.data(), s.N, s.IC, s.OC);
+    DeviceArray<bf16> d_inp(to_bf16(in.inp)), d_w(to_bf16(in.weight)), d_dout(to_bf16(dout)),
+        d_dinp(dinp_ref.size()), d_dweight(to_bf16(dweight0));
+    const int tuned_before = cuda::matmul_autotuned_shapes();
+    cuda::matmul_backward(d_dinp.get(), d_dweight.get(), nullptr, d_dout.get(), d_inp.get(),
+                          d_w.get(), s.N, s.IC, s.OC, nullptr, nullptr);
+    const int tuned = cuda::matmul_autotuned_shapes() - tuned_before;
+    // Two GEMMs (dinp, dweight); cuBLASLt offers several algorithms for shapes like these.
+    if (tune) {
+      EXPECT_GE(tuned, 1);
+    } else {
+      EXPECT_EQ(tuned, 0);
+    }
+    EXPECT_LT(test::relative_l2(to_float(d_dinp.download()), dinp_ref), 1e-2);
+    EXPECT_LT(test::relative_l2_of_increment(to_float(d_dweight.download()), dweight_ref,
+                                             test::rounded_to_bf16(dweight0)),
+              2e-2);
   }
 }
 

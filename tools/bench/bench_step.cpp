@@ -29,6 +29,7 @@
 #include "engine/train/metrics.h"
 #include "kernels/attention.h"
 #include "kernels/gradnorm.h"
+#include "kernels/matmul.h"
 #include "model/ops.h"
 #include "tools/bench/bench_step.h"
 #endif
@@ -49,6 +50,7 @@ struct Args {
   std::string json;
   std::string torch_script;
   std::string attention = "auto";  // auto | own | cudnn (kernels/attention.h's AttentionEngine)
+  std::string gemm = "tuned";      // tuned | heuristic (kernels/matmul.h's matmul_set_autotune)
   bool torch = false, per_kernel = false, check = false;
 };
 
@@ -89,6 +91,10 @@ Args parse_args(const std::vector<std::string>& a) {
     } else if (a[i] == "--torch-script") {
       r.torch_script = value(i);
       r.torch = true;
+    } else if (a[i] == "--gemm") {
+      r.gemm = value(i);
+      if (r.gemm != "tuned" && r.gemm != "heuristic")
+        throw UserError("--gemm: '" + r.gemm + "' is not one of tuned, heuristic");
     } else if (a[i] == "--attention") {
       r.attention = value(i);
       if (r.attention != "auto" && r.attention != "own" && r.attention != "cudnn")
@@ -222,8 +228,10 @@ void print_kernels(const std::vector<KernelRow>& rows, double step_ms) {
     std::printf("  %-10s measured %8.3f ms, sum of its ops %8.3f ms, gaps %7.3f ms\n", m.op.c_str(),
                 m.ms_per_call, sum, m.ms_per_call - sum);
   }
-  std::printf("\nfused kernels the model does not call yet (saving = calls x (unfused - fused))\n");
-  std::printf("%-40s %-44s %5s %9s %9s\n", "fused op", "replaces", "calls", "ms/call", "saves ms");
+  std::printf(
+      "\nalternatives the model does not call (saving = calls x (what it replaces - it))\n");
+  std::printf("%-40s %-44s %5s %9s %9s\n", "alternative", "replaces", "calls", "ms/call",
+              "saves ms");
   for (const KernelRow& f : rows) {
     if (f.phase != "fused") continue;
     double unfused = 0;
@@ -424,6 +432,7 @@ int step(const std::vector<std::string>& args) {
     throw UserError("no CUDA device found; taco-bench step needs one GPU");
   const DeviceInfo device = select_device(true, 0);
   const Shape shape = shape_of(a);
+  cuda::matmul_set_autotune(a.gemm == "tuned");
   cuda::attention_select_engine(a.attention == "own"     ? cuda::AttentionEngine::kOwn
                                 : a.attention == "cudnn" ? cuda::AttentionEngine::kCudnn
                                                          : cuda::AttentionEngine::kAuto);
@@ -447,6 +456,9 @@ int step(const std::vector<std::string>& args) {
       cuda::attention_engine_description(true, shape.batch, d.seq_len, d.d_model, d.n_head);
   std::printf("attention (--attention %s): forward %s; backward %s\n", a.attention.c_str(),
               attention_fwd.c_str(), attention_bwd.c_str());
+  std::printf("GEMM algorithms (--gemm %s): %s\n", a.gemm.c_str(),
+              a.gemm == "tuned" ? "the fastest of cuBLASLt's first 8 candidates, timed per shape"
+                                : "cuBLASLt's first heuristic choice");
   std::fflush(stdout);
 
   const StepResult r = run_steps(*runner, a, total_before - free_before);
@@ -502,6 +514,7 @@ int step(const std::vector<std::string>& args) {
         .add("heads", (long long)d.n_head)
         .add("seq_len", (long long)d.seq_len)
         .add("batch", (long long)shape.batch)
+        .add("gemm_algorithms", a.gemm)
         .add("attention_forward", attention_fwd)
         .add("attention_backward", attention_bwd)
         .add("vocab", (long long)d.padded_vocab)

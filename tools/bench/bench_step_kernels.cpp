@@ -5,8 +5,9 @@
 // C = d_model), and multiplied by its calls per step (L blocks: 2L+1 LayerNorms, L of each
 // matmul, ...). The optimizer pieces, and the whole forward and backward, are timed on the
 // model itself, so the table shows both where the time goes and what lies between the ops
-// (launch gaps, host copies and synchronizations). Last, the fused kernels of kernels/cuda that
-// the model does not call yet are timed on the same buffers, with the time each would save.
+// (launch gaps, host copies and synchronizations). Last, alternatives the model does not call
+// (fused kernels of kernels/cuda it does not use yet, and the GEMMs with separate kernels in
+// place of their cuBLASLt epilogues) are timed on the same buffers, with the time each would save.
 #if TACO_HAVE_CUDA
 
 #include <random>
@@ -16,6 +17,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/embedding.h"
+#include "kernels/matmul.h"
 #include "model/ops.h"
 #include "tools/bench/bench_step.h"
 
@@ -191,6 +193,21 @@ std::vector<KernelRow> time_kernels(StepRunner& runner, int reps) {
                                 nullptr);
       },
       "|embedding forward|");
+  // The cuBLASLt epilogues (GELU with its pre-activation as aux output, dGELU) against the same
+  // GEMMs with separate kernels for those parts.
+  cuda::matmul_set_fused_epilogues(false);
+  add(
+      "fused", "fc, GELU by its own kernel", L, 0, 0,
+      [&] { ops::matmul_gelu_forward(fch_gelu, fch, ln, fc_w, fc_b, N, C, 4 * C); },
+      "|matmul fc + GELU forward|");
+  add(
+      "fused", "fc2 backward, dGELU by its own kernel", L, 0, 0,
+      [&] {
+        ops::matmul_gelu_backward(dfch, G("h0.fc2_w"), G("h0.fc2_b"), dx, fch_gelu, fc2_w, fch,
+                                  Tensor{}, N, 4 * C, C);
+      },
+      "|matmul fc2 + dGELU backward|");
+  cuda::matmul_set_fused_epilogues(true);
   return rows;
 }
 
