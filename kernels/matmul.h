@@ -38,7 +38,8 @@ void matmul_backward(double* dinp, double* dweight, double* dbias, const double*
 //     and dbias (parameter gradients; either may be nullptr). With pre_gelu != nullptr (the
 //     pre-GELU activation [N, IC] that produced inp, i.e. this is the MLP's second layer),
 //     dinp = (dout weight) * gelu'(pre_gelu): the gradient flows on through the GELU (DGELU
-//     epilogue). dbias comes from a deterministic column-sum kernel.
+//     epilogue). dbias comes from a deterministic column-sum kernel (or, opt-in, from the
+//     dweight GEMM's BGRADB epilogue).
 // The first call of each shape times up to eight of cuBLASLt's candidate algorithms on its own
 // operands (without touching what it accumulates into) and keeps the fastest for the process.
 namespace taco::cuda {
@@ -57,5 +58,9 @@ void matmul_set_fused_epilogues(bool enabled);
 void matmul_set_autotune(bool enabled);
 // How many shapes had more than one candidate and were timed, so far in this process.
 int matmul_autotuned_shapes();
+// true: the bias gradient from cuBLASLt's BGRADB epilogue of the dweight GEMM where it has an
+// algorithm (our column-sum kernel otherwise). Process-wide; default off: slower on the H200,
+// and its bits follow the tuned algorithm, which may differ between tp ranks.
+void matmul_set_bias_grad_epilogue(bool enabled);
 
 }  // namespace taco::cuda

@@ -9,10 +9,13 @@
 // kernel otherwise, or when matmul_set_fused_epilogues(false)):
 //   BIAS (forward), GELU_AUX_BIAS (forward, also stores the pre-GELU value), DGELU (dinp times
 //   gelu'(pre_gelu)).
-// The bias gradient is always our deterministic two-stage column sum of dout: cuBLASLt's BGRADB
-// epilogue runs as a separate kernel of its own on the H200 and costs more (9 to 42 us per
-// GPT-2 124M layer GEMM against 8 to 30 us for ours), and its bits would depend on the GEMM
-// algorithm, which autotuning may pick differently on each rank.
+// The bias gradient is by default our deterministic two-stage column sum of dout. cuBLASLt's
+// BGRADB epilogue (dbias = column sums of dout, which the dweight GEMM reads anyway; a bf16
+// vector that one small kernel adds into dbias) is there with matmul_set_bias_grad_epilogue(true):
+// on the H200 it runs as a separate kernel of its own and costs more (9 to 42 us per GPT-2 124M
+// layer GEMM over the plain GEMM, against 8 to 30 us for ours), and its bits depend on the GEMM
+// algorithm, which autotuning may pick differently on each rank (tp ranks must compute the
+// replicated biases' gradients bit for bit alike).
 //
 // Algorithms: the first call of each shape asks cuBLASLt's heuristic for up to kCandidates
 // algorithms, times each on the call's own operands and keeps the fastest (its first choice is
@@ -30,6 +33,7 @@
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
+#include "kernels/residual.h"
 
 namespace taco::cuda {
 namespace {
@@ -41,6 +45,7 @@ using detail::nv_bf16;
 
 std::atomic<bool> g_fused_epilogues{true};
 std::atomic<bool> g_autotune{true};
+std::atomic<bool> g_bias_grad_epilogue{false};
 std::atomic<int> g_tuned_shapes{0};
 constexpr int kCandidates = 8;
 
@@ -56,7 +61,7 @@ struct Gemm {
   int64_t ldd = 0;
   bool accumulate = false;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const void* bias = nullptr;  // BIAS: input [m]
+  const void* bias = nullptr;  // BIAS: input [m]; BGRADB: output [n]
   void* aux = nullptr;         // GELU_AUX: pre-GELU output; DGELU: pre-GELU input; ld = ld_aux
   int64_t ld_aux = 0;
 };
@@ -354,6 +359,8 @@ void matmul_set_fused_epilogues(bool enabled) { g_fused_epilogues = enabled; }
 
 void matmul_set_autotune(bool enabled) { g_autotune = enabled; }
 
+void matmul_set_bias_grad_epilogue(bool enabled) { g_bias_grad_epilogue = enabled; }
+
 int matmul_autotuned_shapes() { return g_tuned_shapes.load(); }
 
 void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N, int IC,
@@ -411,6 +418,17 @@ void matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, c
     // D[IC, OC] += inp[IC, N] op_T(dout)[N, OC]
     Gemm g = plain_gemm(false, true, IC, OC, N, inp, IC, dout, OC, dweight, IC);
     g.accumulate = true;
+    if (dbias && g_bias_grad_epilogue) {
+      auto* column_sums = static_cast<bf16*>(detail::scratch(stream, size_t(OC) * sizeof(bf16)));
+      g.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+      g.bias = column_sums;
+      if (run_gemm(g, stream)) {
+        residual_forward(dbias, dbias, column_sums, size_t(OC), stream);
+        return;
+      }
+      g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+      g.bias = nullptr;
+    }
     require(run_gemm(g, stream), g);
   }
   if (dbias) bias_backward(dbias, dout, N, OC, stream);

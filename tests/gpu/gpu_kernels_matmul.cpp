@@ -9,7 +9,7 @@
 //     gelu'(pre_gelu), a second rounding; cuBLASLt's GELU may also differ from the tanh formula
 //     in its last bits.
 //   dweight, dbias increments < 2e-2: one bf16 rounding of the accumulated result, whose size
-//     is comparable to the increment here.
+//     is comparable to the increment here (dbias also through BGRADB's bf16 column sums).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -48,6 +48,7 @@ class CudaMatmul : public ::testing::Test {
   void TearDown() override {
     cuda::matmul_set_fused_epilogues(true);
     cuda::matmul_set_autotune(true);
+    cuda::matmul_set_bias_grad_epilogue(false);
   }
 };
 
@@ -149,11 +150,12 @@ TEST_F(CudaMatmul, BackwardWritesDinpAndAddsWeightAndBiasGradients) {
   TACO_SKIP_WITHOUT_GPU();
   std::vector<Shape> shapes = kShapes;
   shapes.push_back(kLmHead);
+  // fused: the bias gradient from cuBLASLt's BGRADB epilogue (opt-in), else our kernel.
   for (bool fused : {true, false}) {
-    cuda::matmul_set_fused_epilogues(fused);
+    cuda::matmul_set_bias_grad_epilogue(fused);
     for (const Shape& s : shapes) {
       const uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(test::describe(name(s), fused ? " fused" : " separate", " seed ", seed));
+      SCOPED_TRACE(test::describe(name(s), fused ? " BGRADB" : " own bias kernel", " seed ", seed));
       const Inputs in = random_inputs(s, seed);
       const auto dout = test::random_bf16_values(size_t(s.N) * s.OC, seed + 3);
       // Earlier micro-batches' gradients, about as large as this one's (sqrt(N) per element).

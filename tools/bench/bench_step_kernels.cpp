@@ -208,6 +208,19 @@ std::vector<KernelRow> time_kernels(StepRunner& runner, int reps) {
       },
       "|matmul fc2 + dGELU backward|");
   cuda::matmul_set_fused_epilogues(true);
+  // cuBLASLt's bias-gradient epilogue (BGRADB) against our column-sum kernel.
+  cuda::matmul_set_bias_grad_epilogue(true);
+  add(
+      "fused", "fc backward, BGRADB epilogue", L, 0, 0,
+      [&] { ops::matmul_backward(dln, G("h0.fc_w"), G("h0.fc_b"), dfch, ln, fc_w, N, C, 4 * C); },
+      "|matmul fc backward|");
+  add(
+      "fused", "qkv backward, BGRADB epilogue", L, 0, 0,
+      [&] {
+        ops::matmul_backward(dln, G("h0.qkv_w"), G("h0.qkv_b"), dqkv, ln, qkv_w, N, C, 3 * C);
+      },
+      "|matmul qkv backward|");
+  cuda::matmul_set_bias_grad_epilogue(false);
   return rows;
 }
 
