@@ -1,24 +1,74 @@
 #!/usr/bin/env bash
-# One batch on a GPU machine: build, run every gpu_ test, then the benchmarks.
-# Logs go to $OUT (or ./out). Usage: bash tools/bench/gpu_batch.sh [quick]
+# Batches for a GPU machine: build, every gpu_ test, the benchmarks. Logs and JSON go to $OUT (or
+# ./out). Usage: bash tools/bench/gpu_batch.sh [PART...]
+#   build      cmake + build into build-gpu (Release)                          ~120 s on 16 cores
+#   tests      ctest -L gpu                                                     ~150 s
+#   step       taco-bench step, GPT-2 124M, with PyTorch and the per-kernel rows ~70 s
+#   sizes      taco-bench step, GPT-2 350M and GPT 1.3B, with PyTorch            ~220 s
+#   trace      the 124M step under libtaco-cupti-trace.so, then gpu_gaps.py      ~20 s
+#   attention  PyTorch's SDPA on the model shapes (attention_vs_torch.py)        ~30 s
+#   codec      taco-bench codec (device codecs against a device-to-device copy)  ~80 s
+#   comm       taco-bench comm on this one GPU                                   ~30 s
+# Default: build tests step codec comm (quick: build tests). A device call runs at most 600 s:
+# split larger batches over calls (build-gpu is kept while the machine stays warm).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-out}; mkdir -p "$OUT"
+mkdir -p "${OUT:-out}"
+OUT=$(cd "${OUT:-out}" && pwd)  # absolute: the tests part runs from the build folder
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+B=build-gpu
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(build tests step codec comm)
+[ "${parts[*]}" = quick ] && parts=(build tests)
 t0=$(date +%s)
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-cmake --build build-gpu -j16 > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
-(cd build-gpu && ctest -L gpu --output-on-failure --timeout 150 > "$OUT/gpu_tests.log" 2>&1)
-grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/gpu_tests.log" | head -40
-grep -E "\[ timing \]" -r build-gpu/Testing 2>/dev/null | head; grep -E "timing" "$OUT/gpu_tests.log" | head
-[ "${1:-}" = quick ] && exit 0
-build-gpu/taco-bench step --check --per-kernel --json "$OUT/step-124m.json" > "$OUT/step-124m.log" 2>&1
-tail -60 "$OUT/step-124m.log"
-# The device codecs against a device-to-device copy, and the collectives on this one GPU.
-timeout 300 build-gpu/taco-bench codec --json "$OUT/codec-gpu.json" > "$OUT/codec-gpu.log" 2>&1
-tail -40 "$OUT/codec-gpu.log"
-timeout 120 mpirun -np 1 build-gpu/taco-bench comm --max-bytes 256M --json "$OUT/comm-1gpu.json" \
-  > "$OUT/comm-1gpu.log" 2>&1
-tail -30 "$OUT/comm-1gpu.log"
+elapsed() { echo "[$1: $(($(date +%s) - t0)) s]"; }
+
+for part in "${parts[@]}"; do
+  case $part in
+  build)
+    nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+    cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+    cmake --build $B -j16 > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
+    ;;
+  tests)
+    (cd $B && ctest -L gpu -j3 --output-on-failure --timeout 200 > "$OUT/gpu_tests.log" 2>&1)
+    grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/gpu_tests.log" | head -40
+    ;;
+  step)
+    $B/taco-bench step --model 124m --torch --per-kernel --json "$OUT/step-124m.json" \
+      > "$OUT/step-124m.log" 2>&1
+    grep -E "^taco |torch (eager|compile)|GEMM|attention \(|gaps" "$OUT/step-124m.log"
+    ;;
+  sizes)
+    for m in 350m 1.3b; do
+      $B/taco-bench step --model $m --torch --json "$OUT/step-$m.json" > "$OUT/step-$m.log" 2>&1
+      grep -E "^taco |torch (eager|compile)" "$OUT/step-$m.log"
+    done
+    ;;
+  trace)
+    TACO_TRACE_OUT="$OUT/trace.txt" LD_PRELOAD=$PWD/$B/libtaco-cupti-trace.so \
+      $B/taco-bench step --model 124m --warmup 3 --steps 4 > "$OUT/trace-step.log" 2>&1
+    python3 tools/bench/trace/gpu_gaps.py "$OUT/trace.txt" > "$OUT/gaps.txt" 2>&1
+    head -25 "$OUT/gaps.txt"
+    ;;
+  attention)
+    for be in auto flash cudnn; do
+      timeout 60 python3 tools/bench/attention_vs_torch.py --backend $be 2>&1 | tail -3
+    done
+    ;;
+  codec)
+    timeout 300 $B/taco-bench codec --json "$OUT/codec-gpu.json" > "$OUT/codec-gpu.log" 2>&1
+    tail -40 "$OUT/codec-gpu.log"
+    ;;
+  comm)
+    timeout 120 mpirun -np 1 $B/taco-bench comm --max-bytes 256M --json "$OUT/comm-1gpu.json" \
+      > "$OUT/comm-1gpu.log" 2>&1
+    tail -30 "$OUT/comm-1gpu.log"
+    ;;
+  *)
+    echo "gpu_batch.sh: unknown part '$part'; see the top of tools/bench/gpu_batch.sh" >&2
+    exit 2
+    ;;
+  esac
+  elapsed "$part"
+done
