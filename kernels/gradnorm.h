@@ -33,4 +33,8 @@ namespace taco::cuda {
 
 void sum_of_squares(double* result, const bf16* x, size_t n, bool accumulate, Stream stream);
 
+// The same two stages for a plain sum of fp32 values (a step's per-token losses), so the loss
+// stays on the device until the step reads it.
+void sum(double* result, const float* x, size_t n, bool accumulate, Stream stream);
+
 }  // namespace taco::cuda

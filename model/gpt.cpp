@@ -92,6 +92,7 @@ void Gpt::plan(Arena& arena) {
     want(ce_sumexp_, "ce_sumexp", N, st);
     want(ce_target_, "ce_target", N, st);
     want(losses_, "losses", N, st);
+    want(loss_sum_, "loss_sum", 1, DType::f64);
   }
   want(dresid_, "dresid", Nr * C, dtype_);
   want(full_a_, "full_a", N * C, dtype_);
@@ -111,6 +112,7 @@ void Gpt::bind(const Arena& arena) {
   params_ = params_padded_.slice(0, layout_.total());
   grads_ = grads_padded_.slice(0, layout_.total());
   if (!sp_) lnf_full_ = lnf_;
+  if (layout_.spec().has_head) ops::zero(loss_sum_);
 }
 
 std::vector<const ParamInfo*> Gpt::sequence_parallel_grads() const {
@@ -144,16 +146,25 @@ std::string Gpt::attention_engine() const {
 
 double Gpt::forward(const int32_t* inputs, const int32_t* targets, float dloss) {
   set_batch(0, inputs, targets);
-  return forward_stage(0, dloss);
+  forward_stage(0, dloss);
+  return take_loss_sum();
+}
+
+double Gpt::take_loss_sum() {
+  if (!layout_.spec().has_head) return 0.0;
+  double sum = 0;
+  device_copy(&sum, loss_sum_.data, sizeof(double), DeviceKind::cpu, device_);
+  ops::zero(loss_sum_);
+  return sum;
 }
 
 void Gpt::backward(float dloss) { backward_stage(0, dloss); }
 
-double Gpt::forward_stage(int slot, float dloss) {
+void Gpt::forward_stage(int slot, float dloss) {
   SlotActs& s = slots_[slot];
   if (layout_.spec().has_embedding) forward_embedding(s);
   for (size_t i = 0; i < s.layers.size(); ++i) forward_block(s, int(i));
-  return layout_.spec().has_head ? forward_head(s, dloss) : 0.0;
+  if (layout_.spec().has_head) forward_head(s, dloss);
 }
 
 void Gpt::backward_stage(int slot, float dloss) {
@@ -352,7 +363,7 @@ void Gpt::backward_block(SlotActs& s, int i) {
 
 // Final LayerNorm, tied head (vocab-parallel logits), vocab-parallel cross-entropy: the logits
 // are never gathered; only per-row max, sum-exp and target logit are reduced over tp.
-double Gpt::forward_head(SlotActs& s, float dloss) {
+void Gpt::forward_head(SlotActs& s, float dloss) {
   const ParamInfo& wte = layout_.get("wte");
   const int vocab_start = tp_->rank() * V_local_;
   if (s.layers.empty())  // else the last block's residual add did it
@@ -382,18 +393,7 @@ double Gpt::forward_head(SlotActs& s, float dloss) {
     ops::crossentropy_loss(losses_, ce_max_, ce_sumexp_, ce_target_, N_);
   }
 
-  // Sum the per-token losses on the host, in double.
-  host_losses_.resize(N_);
-  if (losses_.dtype == DType::f64) {
-    device_copy(host_losses_.data(), losses_.data, N_ * sizeof(double), DeviceKind::cpu, device_);
-  } else {
-    std::vector<float> f(N_);
-    device_copy(f.data(), losses_.data, N_ * sizeof(float), DeviceKind::cpu, device_);
-    std::copy(f.begin(), f.end(), host_losses_.begin());
-  }
-  double sum = 0;
-  for (double x : host_losses_) sum += x;
-  return sum;
+  ops::add_sum(loss_sum_, losses_);  // read by take_loss_sum, once a step
 }
 
 void Gpt::backward_head(SlotActs& s, float dloss) {

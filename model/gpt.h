@@ -56,9 +56,13 @@ class Gpt {
   void backward(float dloss);
 
   // Pipeline pieces. set_batch gives a slot its tokens (inputs used on the first stage, targets
-  // on the last); forward_stage returns the loss sum on the last stage and 0 elsewhere.
+  // on the last). forward_stage adds its per-token losses to a sum kept where the model runs
+  // (on the device: no host round trip mid-step); take_loss_sum returns that sum over the
+  // forwards since the last call (0 off the last stage) and starts a new one, waiting for the
+  // device. forward() is set_batch + forward_stage + take_loss_sum.
   void set_batch(int slot, const int32_t* inputs, const int32_t* targets);
-  double forward_stage(int slot, float dloss = 0.f);
+  void forward_stage(int slot, float dloss = 0.f);
+  double take_loss_sum();
   void backward_stage(int slot, float dloss);
   Tensor stage_input(int slot) const;   // [Nr, C] a non-first stage receives before forward
   Tensor stage_output(int slot) const;  // [Nr, C] a non-last stage sends after forward
@@ -88,7 +92,7 @@ class Gpt {
   };
   void forward_embedding(SlotActs& s);
   void forward_block(SlotActs& s, int i);
-  double forward_head(SlotActs& s, float dloss);
+  void forward_head(SlotActs& s, float dloss);
   void backward_head(SlotActs& s, float dloss);
   void backward_block(SlotActs& s, int i);
   void backward_embedding(SlotActs& s);
@@ -116,10 +120,10 @@ class Gpt {
   const SlotActs* dlogits_owner_ = nullptr;
   float dlogits_scale_ = 0.f;
   Tensor ce_max_, ce_sumexp_, ce_target_, losses_;
+  Tensor loss_sum_;  // one f64 on the last stage: forward_stage's losses since take_loss_sum
   Tensor dresid_, full_a_, full_b_, shard_, dqkv_, datty_, dfch_, dfch_gelu_, attn_scratch_;
   std::vector<size_t> handles_;
   std::vector<Tensor*> bound_;
-  std::vector<double> host_losses_;
 };
 
 }  // namespace taco

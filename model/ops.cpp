@@ -275,6 +275,18 @@ void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& ta
     crossentropy_backward(logits, row_max, sumexp, targets, dloss, N, V, V_valid, 0);
 }
 
+void add_sum(const Tensor& acc, const Tensor& x) {
+  TACO_CHECK(acc.dtype == DType::f64 && acc.numel == 1 && acc.device == x.device,
+             "add_sum: acc must be one f64 element on x's device");
+  if (on_gpu(x)) return cuda_ops::add_sum(acc, x);
+  double s = 0;
+  TACO_CPU_REAL("add_sum", x, {
+    const Real* p = ptr<Real>(x);
+    for (size_t i = 0; i < x.numel; ++i) s += double(p[i]);
+  });
+  *acc.as<double>() += s;
+}
+
 double sum_of_squares(const std::vector<Tensor>& pieces) {
   if (pieces.empty()) return 0;
   if (on_gpu(pieces[0])) return cuda_ops::sum_of_squares(pieces);

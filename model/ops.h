@@ -100,6 +100,10 @@ void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& ta
                       int N, int V, int V_valid, const Tensor& row_max, const Tensor& sumexp,
                       const Tensor& target_logit);
 
+// acc (one f64 element, on x's device) += the sum of x's elements in double: x's values summed
+// first, then added to acc. On CUDA it runs on the device (the step's loss, read once a step).
+void add_sum(const Tensor& acc, const Tensor& x);
+
 // Sum of squares in double (for the global gradient norm).
 double sum_of_squares(const Tensor& x);
 // The same over several pieces with one host synchronization.

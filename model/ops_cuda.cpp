@@ -261,6 +261,10 @@ void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& ta
                          i32(targets, op, "targets"), dloss, N, V, V_valid, dloss != 0.f, kStream);
 }
 
+void add_sum(const Tensor& acc, const Tensor& x) {
+  cuda::sum(acc.as<double>(), f32(x, "add_sum", "x"), x.numel, /*accumulate=*/true, kStream);
+}
+
 double sum_of_squares(const Tensor& x) { return sum_of_squares(std::vector<Tensor>{x}); }
 
 double sum_of_squares(const std::vector<Tensor>& pieces) {
@@ -359,6 +363,7 @@ void crossentropy_backward(const Tensor&, const Tensor&, const Tensor&, const Te
 void fused_classifier(const Tensor&, const Tensor&, const Tensor&, float, int, int, int) {
   no_cuda("fused_classifier");
 }
+void add_sum(const Tensor&, const Tensor&) { no_cuda("add_sum"); }
 double sum_of_squares(const Tensor&) { no_cuda("sum_of_squares"); }
 double sum_of_squares(const std::vector<Tensor>&) { no_cuda("sum_of_squares"); }
 

@@ -59,6 +59,7 @@ void crossentropy_backward(const Tensor& logits, const Tensor& row_max, const Te
                            int vocab_start);
 void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& targets, float dloss,
                       int N, int V, int V_valid);
+void add_sum(const Tensor& acc, const Tensor& x);
 double sum_of_squares(const Tensor& x);
 double sum_of_squares(const std::vector<Tensor>& pieces);
 

@@ -407,18 +407,19 @@ double Trainer::evaluate() {
   const int batches = s.cfg.log.eval_batches;
   const GridCoord coord = s.grid->coord();
   const int mine = batches / dp + (coord.dp < batches % dp ? 1 : 0);
-  double sum = 0;
   PipelineStage stage;
   stage.forward = [&](int k, int slot) {
     s.val_data->eval_batch(k * dp + coord.dp, B, 0, B, T, s.inputs.data(), s.targets.data());
     s.model->set_batch(slot, s.inputs.data(), s.targets.data());
-    const double loss = s.model->forward_stage(slot);
-    if (s.last_stage() && coord.tp == 0) sum += loss;
+    s.model->forward_stage(slot);
   };
   stage.input = [&](int slot) { return s.model->stage_input(slot); };
   stage.output = [&](int slot) { return s.model->stage_output(slot); };
   run_forward_only(s.pp_comm.get(), mine, stage);
-  return sum_over(s.grid->world().comm(), sum) / (double(batches) * B * T);
+  // Every batch's losses, summed where the model runs; counted once per tp group.
+  const double sum = s.model->take_loss_sum();
+  const double counted = s.last_stage() && coord.tp == 0 ? sum : 0.0;
+  return sum_over(s.grid->world().comm(), counted) / (double(batches) * B * T);
 }
 
 TrainHistory Trainer::run() {
@@ -433,7 +434,6 @@ TrainHistory Trainer::run() {
   // Micro-batch m of a step takes global samples [m*B*dp, (m+1)*B*dp); this dp rank takes its B
   // of them. The sample index (not the layout) picks the window, so every layout trains on the
   // same global batch.
-  double loss_sum = 0;
   PipelineStage stage;
   int step = 0;
   stage.forward = [&](int micro, int slot) {
@@ -442,8 +442,7 @@ TrainHistory Trainer::run() {
                                  s.inputs.data(), s.targets.data());
       s.model->set_batch(slot, s.inputs.data(), s.targets.data());
     }
-    const double loss = s.model->forward_stage(slot, dloss);
-    if (s.last_stage() && coord.tp == 0) loss_sum += loss;
+    s.model->forward_stage(slot, dloss);  // the loss is read once, after the update
   };
   stage.backward = [&](int, int slot) { s.model->backward_stage(slot, dloss); };
   stage.input = [&](int slot) { return s.model->stage_input(slot); };
@@ -480,7 +479,6 @@ TrainHistory Trainer::run() {
       c->measure_errors(logged);
     }
     ops::zero(s.model->grads());
-    loss_sum = 0;
     run_1f1b(s.pp_comm.get(), s.micro_steps, s.model->slots(), stage);
 
     // Gradients that are partial sums: LayerNorms and positions under SP (over tp), the tied
@@ -513,7 +511,11 @@ TrainHistory Trainer::run() {
       s.dp_comm->all_gather(all.slice(coord.dp * s.shard_size, s.shard_size), all, dp, "dp.param",
                             -1);
     }
-    const double loss = sum_over(s.grid->world().comm(), loss_sum) / double(s.tokens_per_step);
+    // The micro-batches' losses, summed on the device (one host round trip a step, here, after
+    // the update is queued); counted once per tp group.
+    const double loss_sum = s.model->take_loss_sum();
+    const double counted = s.last_stage() && coord.tp == 0 ? loss_sum : 0.0;
+    const double loss = sum_over(s.grid->world().comm(), counted) / double(s.tokens_per_step);
     const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
     const double tok_per_s = double(s.tokens_per_step) / (ms / 1000.0);
     history.train_loss.push_back(loss);

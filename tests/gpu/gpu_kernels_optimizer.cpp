@@ -12,7 +12,8 @@
 //   stochastic rounding: on values a quarter ulp above a bf16 number, 25% +- 1% round up (the
 //     binomial spread over 2^20 elements is 0.04%) and the mean error is under 1% of an ulp.
 //   sum of squares: relative error < 1e-6 against the CPU's double sum (the GPU sums groups of 8
-//     exact bf16 squares in fp32 before widening to double).
+//     exact bf16 squares in fp32 before widening to double); the plain sum likewise (8 fp32
+//     values of ~5 summed in fp32 lose at most a few ulps, ~1e-7 relative).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -259,6 +260,32 @@ TEST(CudaGradNorm, SumOfSquaresMatchesCpuAcrossRangesAndRepeats) {
   // accumulate = false overwrites whatever the result held.
   cuda::sum_of_squares(d_sum.get(), d_x.get(), n, false, nullptr);
   EXPECT_LT(std::fabs(d_sum.download()[0] - expected) / expected, 1e-6);
+}
+
+// The plain fp32 sum the model keeps its loss in: positive values like per-token losses (so the
+// relative error is well defined), an aligned and an unaligned range, accumulated.
+TEST(CudaGradNorm, PlainSumMatchesCpuAcrossRangesAndRepeats) {
+  TACO_SKIP_WITHOUT_GPU();
+  const size_t n = 1000003;
+  const size_t split = 16385;  // the second range starts off 16-byte alignment
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::describe("seed ", seed));
+  std::vector<float> x = test::random_normal(n, seed, 0.f, 1.f);
+  for (float& v : x) v = 5.f + std::fabs(v);  // a loss near ln(V) per token
+  double expected = 0;
+  for (float v : x) expected += v;
+
+  DeviceArray<float> d_x(x);
+  DeviceArray<double> d_sum(1);
+  auto run = [&] {
+    cuda::sum(d_sum.get(), d_x.get(), split, false, nullptr);
+    cuda::sum(d_sum.get(), d_x.get() + split, n - split, true, nullptr);
+    return d_sum.download()[0];
+  };
+  const double got = run();
+  EXPECT_LT(std::fabs(got - expected) / expected, 1e-6);
+  const double again = run();
+  EXPECT_EQ(std::memcmp(&got, &again, sizeof(double)), 0);
 }
 
 #else

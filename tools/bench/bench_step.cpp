@@ -416,12 +416,14 @@ void StepRunner::update(int t, double lr, double norm) {
   optimizer_.update(model_.params(), model_.grads(), lr, clip_scale(norm, 1.0), t);
 }
 
+// As the trainer runs a step: the loss stays on the device until the update is queued.
 double StepRunner::step(int t, double lr) {
   zero_grads();
-  const double loss = forward();
+  model_.set_batch(0, inputs_.data(), targets_.data());
+  model_.forward_stage(0, float(1.0 / tokens_per_step()));
   backward();
   update(t, lr, grad_norm());
-  return loss;
+  return model_.take_loss_sum() / tokens_per_step();
 }
 
 }  // namespace step_detail
