@@ -33,6 +33,9 @@ void layernorm_backward(double* dinp, double* dweight, double* dbias, const doub
 //   b) and out = LayerNorm(residual_out), bit-identical to residual_forward + layernorm_forward;
 //   layernorm_backward ADDS into dinp (it feeds the residual stream) and into dweight, dbias
 //   (parameter gradients), deterministically (fixed-order two-stage sums, no float atomics).
+//   Given dinp_column_sums [C], it also ADDS the column sums of the updated dinp (as stored, in
+//   bf16) into it: the bias gradient of the linear layer whose output feeds the residual stream
+//   at this point, without another pass over dinp.
 namespace taco::cuda {
 
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
@@ -42,6 +45,6 @@ void fused_residual_layernorm_forward(bf16* residual_out, bf16* out, float* mean
                                       const bf16* bias, int N, int C, Stream stream);
 void layernorm_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
                         const bf16* weight, const float* mean, const float* rstd, int N, int C,
-                        Stream stream);
+                        Stream stream, bf16* dinp_column_sums = nullptr);
 
 }  // namespace taco::cuda

@@ -327,9 +327,10 @@ void Gpt::backward_block(SlotActs& s, int i) {
     tp_->reduce_scatter_to_sp_region_backward(dresid_, full_a_, N, site, l);
     return full_a_;
   };
-  // d(matmul input) partial sums -> all-reduce (SP: reduce-scatter) -> LN backward into dresid.
+  // d(matmul input) partial sums -> all-reduce (SP: reduce-scatter) -> LN backward into dresid;
+  // feeder_bias_grad (may be empty) takes the column sums of the updated dresid.
   auto norm_backward = [&](const Tensor& inp, const Tensor& mean, const Tensor& rstd,
-                           const char* ln_name, const char* site) {
+                           const char* ln_name, const char* site, const Tensor& feeder_bias_grad) {
     Tensor dln = full_b_;
     if (sp_) {
       tp_->gather_from_sp_region_backward(full_b_, shard_, N, site, l);
@@ -338,27 +339,35 @@ void Gpt::backward_block(SlotActs& s, int i) {
       tp_->copy_to_tp_region_backward(full_b_, N, site, l);
     }
     ops::layernorm_backward(dresid_, grad(h + ln_name + "_w"), grad(h + ln_name + "_b"), dln, inp,
-                            param(h + ln_name + "_w"), mean, rstd, Nr, C);
+                            param(h + ln_name + "_w"), mean, rstd, Nr, C, feeder_bias_grad);
   };
+  // The row-parallel layers' bias gradients (fc2, proj) are column sums of dresid as it enters
+  // them; where the LayerNorm backward that wrote it can add them on the way, it does.
+  const bool fused = fuses_row_parallel_bias_grads();
+  const bool fc2_bias_done = fused && (size_t(i) + 1 < s.layers.size() || layout_.spec().has_head);
 
   // MLP: dresid = d(x_out) flows unchanged into d(x2) and into the fc2 output. The fc2 bias
   // gradient is summed over every token row, so it is complete on every tp rank.
   Tensor dout = output_grad("mlp.out.bwd");
-  ops::matmul_gelu_backward(dfch_, grad(h + "fc2_w"), grad(h + "fc2_b"), dout, a.fch_gelu,
-                            param(h + "fc2_w"), a.fch, dfch_gelu_, N, 4 * Cl, C);
+  ops::matmul_gelu_backward(dfch_, grad(h + "fc2_w"), fc2_bias_done ? Tensor{} : grad(h + "fc2_b"),
+                            dout, a.fch_gelu, param(h + "fc2_w"), a.fch, dfch_gelu_, N, 4 * Cl, C);
   ops::matmul_backward(full_b_, grad(h + "fc_w"), grad(h + "fc_b"), dfch_, a.ln2, param(h + "fc_w"),
                        N, C, 4 * Cl);
-  norm_backward(a.resid2, a.ln2_mean, a.ln2_rstd, "ln2", "mlp.in.bwd");
+  norm_backward(a.resid2, a.ln2_mean, a.ln2_rstd, "ln2", "mlp.in.bwd",
+                fused ? grad(h + "proj_b") : Tensor{});
 
   // Attention: dresid = d(x2) flows into d(x) and into the projection output.
   dout = output_grad("attn.out.bwd");
-  ops::matmul_backward(datty_, grad(h + "proj_w"), grad(h + "proj_b"), dout, a.atty,
-                       param(h + "proj_w"), N, Cl, C);
+  ops::matmul_backward(datty_, grad(h + "proj_w"), fused ? Tensor{} : grad(h + "proj_b"), dout,
+                       a.atty, param(h + "proj_w"), N, Cl, C);
   ops::attention_backward(dqkv_, datty_, a.qkv, a.atty, a.att_saved, attn_scratch_, B_, T_, Cl,
                           NH_local_);
   ops::matmul_backward(full_b_, grad(h + "qkv_w"), grad(h + "qkv_b"), dqkv_, a.ln1,
                        param(h + "qkv_w"), N, C, 3 * Cl);
-  norm_backward(a.resid, a.ln1_mean, a.ln1_rstd, "ln1", "attn.in.bwd");
+  // dresid now enters the previous block's fc2 (on this stage: else the previous stage's own
+  // backward sums it).
+  norm_backward(a.resid, a.ln1_mean, a.ln1_rstd, "ln1", "attn.in.bwd",
+                fused && i > 0 ? grad(block(l - 1) + "fc2_b") : Tensor{});
 }
 
 // Final LayerNorm, tied head (vocab-parallel logits), vocab-parallel cross-entropy: the logits
@@ -423,8 +432,12 @@ void Gpt::backward_head(SlotActs& s, float dloss) {
     tp_->copy_to_tp_region_backward(full_b_, N_, "head.in.bwd", -1);
   }
   ops::zero(dresid_);
+  // dresid now enters the stage's last block's fc2 (backward_block leaves that bias to us).
+  const int last_layer = layout_.spec().layer_end - 1;
+  const bool feeds_fc2 = fuses_row_parallel_bias_grads() && !s.layers.empty();
   ops::layernorm_backward(dresid_, grad("lnf_w"), grad("lnf_b"), dlnf, s.resid_final,
-                          param("lnf_w"), lnf_mean_, lnf_rstd_, Nr_, C_);
+                          param("lnf_w"), lnf_mean_, lnf_rstd_, Nr_, C_,
+                          feeds_fc2 ? grad(block(last_layer) + "fc2_b") : Tensor{});
 }
 
 }  // namespace taco

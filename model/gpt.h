@@ -93,6 +93,11 @@ class Gpt {
   void forward_embedding(SlotActs& s);
   void forward_block(SlotActs& s, int i);
   void forward_head(SlotActs& s, float dloss);
+  // CUDA without SP: the LayerNorm backward adds the fc2 and proj bias gradients (column sums of
+  // the residual gradient it writes) instead of a separate pass in matmul_backward. Not on the
+  // CPU (the reference keeps matmul_backward's sums) nor under SP (a rank's LayerNorm sees only
+  // its rows, the bias gradient needs all).
+  bool fuses_row_parallel_bias_grads() const { return device_ == DeviceKind::cuda && !sp_; }
   void backward_head(SlotActs& s, float dloss);
   void backward_block(SlotActs& s, int i);
   void backward_embedding(SlotActs& s);

@@ -101,9 +101,14 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
 
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                         const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                        const Tensor& mean, const Tensor& rstd, int N, int C) {
+                        const Tensor& mean, const Tensor& rstd, int N, int C,
+                        const Tensor& dinp_column_sums) {
   if (on_gpu(dinp))
-    return cuda_ops::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    return cuda_ops::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                                        dinp_column_sums);
+  TACO_CHECK(dinp_column_sums.empty(),
+             "layernorm_backward: dinp_column_sums is a CUDA fusion; the CPU reference takes the "
+             "bias gradient from matmul_backward");
   TACO_CPU_REAL("layernorm_backward", dinp,
                 cpu::layernorm_backward(ptr<Real>(dinp), ptr<Real>(dweight), ptr<Real>(dbias),
                                         ptr<Real>(dout), ptr<Real>(inp), ptr<Real>(weight),

@@ -28,9 +28,12 @@ void position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int B, 
 
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias, int N, int C);
+// dinp_column_sums [C] (CUDA only; may be empty): also ADDS the column sums of the updated dinp,
+// the bias gradient of the linear layer whose output feeds the residual stream there.
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                         const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                        const Tensor& mean, const Tensor& rstd, int N, int C);
+                        const Tensor& mean, const Tensor& rstd, int N, int C,
+                        const Tensor& dinp_column_sums = Tensor{});
 
 // bias may be empty (no bias).
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,

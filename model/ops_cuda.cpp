@@ -127,11 +127,13 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
 
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                         const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                        const Tensor& mean, const Tensor& rstd, int N, int C) {
+                        const Tensor& mean, const Tensor& rstd, int N, int C,
+                        const Tensor& dinp_column_sums) {
   const char* op = "layernorm_backward";
   cuda::layernorm_backward(bf(dinp, op, "dinp"), bf(dweight, op, "dweight"), bf(dbias, op, "dbias"),
                            bf(dout, op, "dout"), bf(inp, op, "inp"), bf(weight, op, "weight"),
-                           f32(mean, op, "mean"), f32(rstd, op, "rstd"), N, C, kStream);
+                           f32(mean, op, "mean"), f32(rstd, op, "rstd"), N, C, kStream,
+                           bf(dinp_column_sums, op, "dinp_column_sums"));
 }
 
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
@@ -311,7 +313,7 @@ void layernorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor
   no_cuda("layernorm_forward");
 }
 void layernorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                        const Tensor&, const Tensor&, const Tensor&, int, int) {
+                        const Tensor&, const Tensor&, const Tensor&, int, int, const Tensor&) {
   no_cuda("layernorm_backward");
 }
 void matmul_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, int) {

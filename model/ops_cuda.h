@@ -24,7 +24,8 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
                        const Tensor& weight, const Tensor& bias, int N, int C);
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                         const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                        const Tensor& mean, const Tensor& rstd, int N, int C);
+                        const Tensor& mean, const Tensor& rstd, int N, int C,
+                        const Tensor& dinp_column_sums);
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     int N, int IC, int OC);
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,

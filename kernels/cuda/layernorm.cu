@@ -6,8 +6,9 @@
 // normalizes that rounded row, so it equals residual_forward followed by layernorm_forward.
 //
 // Backward: one warp per row as well. Each warp keeps its own fp32 dweight/dbias partial sums for
-// its rows in shared memory ([warps][2][C], no atomics); the block adds its warps in order into
-// one partial per block, and column_sums_add adds the blocks in order. Deterministic.
+// its rows in shared memory ([warps][2][C], no atomics; a third [C] for the column sums of dinp
+// when asked); the block adds its warps in order into one partial per block, and
+// column_sums_add adds the blocks in order. Deterministic.
 #include <string>
 
 #include "kernels/cuda/common.cuh"
@@ -80,16 +81,20 @@ __global__ void layernorm_forward_kernel(nv_bf16* out, float* mean, float* rstd,
   }
 }
 
-// partials: [2][gridDim.x][C] (dbias, then dweight), one row per block.
+// partials: [kSums][gridDim.x][C] (dbias, dweight and, with kColumnSums, the column sums of
+// the updated dinp), one row per block.
+template <bool kColumnSums>
 __global__ void layernorm_backward_kernel(nv_bf16* dinp, float* partials, const nv_bf16* dout,
                                           const nv_bf16* inp, const nv_bf16* weight,
                                           const float* mean, const float* rstd, int N, int C) {
-  extern __shared__ float acc[];  // [warps][2][C]
+  constexpr int kSums = kColumnSums ? 3 : 2;
+  extern __shared__ float acc[];  // [warps][kSums][C]
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int i = threadIdx.x; i < warps * 2 * C; i += blockDim.x) acc[i] = 0.f;
+  for (int i = threadIdx.x; i < warps * kSums * C; i += blockDim.x) acc[i] = 0.f;
   __syncthreads();
-  float* acc_dbias = acc + size_t(warp) * 2 * C;
+  float* acc_dbias = acc + size_t(warp) * kSums * C;
   float* acc_dweight = acc_dbias + C;
+  float* acc_dinp = acc_dweight + C;  // used with kColumnSums only
 
   for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
     const size_t base = size_t(row) * C;
@@ -130,17 +135,27 @@ __global__ void layernorm_backward_kernel(nv_bf16* dinp, float* partials, const 
       store<8>(dinp + base + c, di);
       store<8>(acc_dbias + c, db);
       store<8>(acc_dweight + c, dw);
+      if constexpr (kColumnSums) {
+        // The sums take dinp as stored (rounded to bf16), as a later bias-gradient kernel
+        // reading it would.
+        float sum[8];
+        load<8>(sum, acc_dinp + c);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum[e] += detail::round_bf16(di[e]);
+        store<8>(acc_dinp + c, sum);
+      }
     }
   }
   __syncthreads();
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float db = 0.f, dw = 0.f;
+    float sums[kSums] = {};
     for (int w = 0; w < warps; ++w) {
-      db += acc[size_t(w) * 2 * C + c];
-      dw += acc[size_t(w) * 2 * C + C + c];
+#pragma unroll
+      for (int k = 0; k < kSums; ++k) sums[k] += acc[(size_t(w) * kSums + k) * C + c];
     }
-    partials[size_t(blockIdx.x) * C + c] = db;
-    partials[(size_t(gridDim.x) + blockIdx.x) * C + c] = dw;
+#pragma unroll
+    for (int k = 0; k < kSums; ++k)
+      partials[(size_t(k) * gridDim.x + blockIdx.x) * C + c] = sums[k];
   }
 }
 
@@ -177,28 +192,38 @@ void fused_residual_layernorm_forward(bf16* residual_out, bf16* out, float* mean
 
 void layernorm_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
                         const bf16* weight, const float* mean, const float* rstd, int N, int C,
-                        Stream stream) {
+                        Stream stream, bf16* dinp_column_sums) {
   check_rows("layernorm_backward", C, {dinp, dweight, dbias, dout, inp, weight});
+  TACO_CHECK(!dinp_column_sums || detail::aligned16(dinp_column_sums),
+             "layernorm_backward: dinp_column_sums must be 16-byte aligned");
   if (N == 0) return;
-  // Per-warp accumulators take 8 C bytes each: up to 8 warps within ~96 KiB of shared memory.
-  int warps = int(98304 / (size_t(8) * C));
+  const bool column_sums = dinp_column_sums != nullptr;
+  const int sums = column_sums ? 3 : 2;
+  // Per-warp accumulators take 4 sums C bytes each: up to 8 warps within ~96 KiB of shared
+  // memory.
+  int warps = int(98304 / (size_t(4) * sums * C));
   warps = warps < 1 ? 1 : (warps > 8 ? 8 : warps);
-  const size_t smem = size_t(warps) * 8 * C;
+  const size_t smem = size_t(warps) * 4 * sums * C;
   TACO_CHECK(smem <= size_t(detail::max_shared_memory_optin()),
              "layernorm_backward: C=" + std::to_string(C) + " needs " + std::to_string(smem) +
                  " bytes of shared memory per block, more than this device offers");
+  auto kernel = column_sums ? layernorm_backward_kernel<true> : layernorm_backward_kernel<false>;
   if (smem > 48 * 1024) {
-    TACO_CUDA_OK(cudaFuncSetAttribute(layernorm_backward_kernel,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    TACO_CUDA_OK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
   const int blocks =
       int(ceil_div(N, warps)) < kBackwardMaxBlocks ? int(ceil_div(N, warps)) : kBackwardMaxBlocks;
   auto* partials =
-      static_cast<float*>(detail::scratch(stream, size_t(2) * blocks * C * sizeof(float)));
-  layernorm_backward_kernel<<<blocks, warps * 32, smem, stream>>>(
-      nv(dinp), partials, nv(dout), nv(inp), nv(weight), mean, rstd, N, C);
+      static_cast<float*>(detail::scratch(stream, size_t(sums) * blocks * C * sizeof(float)));
+  kernel<<<blocks, warps * 32, smem, stream>>>(nv(dinp), partials, nv(dout), nv(inp), nv(weight),
+                                               mean, rstd, N, C);
   TACO_LAUNCH_OK();
   detail::column_sums_add(nv(dbias), nv(dweight), partials, blocks, C, stream);
+  if (column_sums) {
+    detail::column_sums_add(nv(dinp_column_sums), nullptr, partials + size_t(2) * blocks * C,
+                            blocks, C, stream);
+  }
 }
 
 }  // namespace taco::cuda

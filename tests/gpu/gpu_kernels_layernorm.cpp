@@ -6,6 +6,8 @@
 //   dinp, dweight, dbias increments < 2e-2: fp32 math, one bf16 rounding of each accumulated
 //   result (relative to the total, which is about as large as the increment here). A wrong term
 //   in the gradient formula gives errors of order 1.
+//   column sums of dinp, increment < 1e-2: fp32 sums of the same bf16 values against double, then
+//   one bf16 rounding (2^-9); a missed or doubled row is of order 1/sqrt(N) (N <= 64 here).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -140,6 +142,56 @@ TEST(CudaLayerNorm, BackwardAddsGradientsDeterministically) {
     d_dw.upload(to_bf16(dweight0));
     d_db.upload(to_bf16(dbias0));
     run();
+    EXPECT_EQ(test::count_bit_differences(to_float(d_dinp.download()), dinp), 0u);
+    EXPECT_EQ(test::count_bit_differences(to_float(d_dw.download()), dweight), 0u);
+    EXPECT_EQ(test::count_bit_differences(to_float(d_db.download()), dbias), 0u);
+  }
+}
+
+// With dinp_column_sums, the same gradients (bit for bit: the fusion only adds a sum) and the
+// column sums of the updated dinp as stored in bf16, added into what the sums held: checked
+// against the CPU's double column sums of the GPU's own dinp (the bias gradient a separate pass
+// over dinp would give). C = 8192 takes the fewest warps and the most shared memory.
+TEST(CudaLayerNorm, BackwardAlsoSumsTheUpdatedDinpColumns) {
+  TACO_SKIP_WITHOUT_GPU();
+  for (const Shape& s : kShapes) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(test::describe(name(s), " seed ", seed));
+    const size_t NC = size_t(s.N) * s.C;
+    const auto inp = test::random_bf16_values(NC, seed, 0.5f, 2.f);
+    const auto weight = test::random_bf16_values(s.C, seed + 1, 1.f, 0.2f);
+    const auto bias = test::random_bf16_values(s.C, seed + 2, 0.f, 0.2f);
+    const auto dout = test::random_bf16_values(NC, seed + 3);
+    const auto dinp0 = test::random_bf16_values(NC, seed + 4);
+    const auto sums0 = test::random_bf16_values(s.C, seed + 5, 0.f, 4.f);
+    std::vector<float> out(NC), mean(s.N), rstd(s.N);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                           bias.data(), s.N, s.C);
+
+    DeviceArray<bf16> d_inp(to_bf16(inp)), d_w(to_bf16(weight)), d_dout(to_bf16(dout)),
+        d_dinp(to_bf16(dinp0)), d_dw(s.C), d_db(s.C), d_sums(to_bf16(sums0));
+    DeviceArray<float> d_mean(mean), d_rstd(rstd);
+    d_dw.upload(std::vector<bf16>(s.C, float_to_bf16(0.f)));
+    d_db.upload(std::vector<bf16>(s.C, float_to_bf16(0.f)));
+    cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
+                             d_w.get(), d_mean.get(), d_rstd.get(), s.N, s.C, nullptr,
+                             d_sums.get());
+    const auto dinp = to_float(d_dinp.download());
+    const auto dweight = to_float(d_dw.download()), dbias = to_float(d_db.download());
+    std::vector<float> sums_ref = sums0;
+    for (int c = 0; c < s.C; ++c) {
+      double col = 0;
+      for (int n = 0; n < s.N; ++n) col += dinp[size_t(n) * s.C + c];
+      sums_ref[c] += float(col);
+    }
+    EXPECT_LT(test::relative_l2_of_increment(to_float(d_sums.download()), sums_ref, sums0), 1e-2);
+
+    // The plain call on the same inputs gives the same bits for everything else.
+    d_dinp.upload(to_bf16(dinp0));
+    d_dw.upload(std::vector<bf16>(s.C, float_to_bf16(0.f)));
+    d_db.upload(std::vector<bf16>(s.C, float_to_bf16(0.f)));
+    cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
+                             d_w.get(), d_mean.get(), d_rstd.get(), s.N, s.C, nullptr);
     EXPECT_EQ(test::count_bit_differences(to_float(d_dinp.download()), dinp), 0u);
     EXPECT_EQ(test::count_bit_differences(to_float(d_dw.download()), dweight), 0u);
     EXPECT_EQ(test::count_bit_differences(to_float(d_db.download()), dbias), 0u);
