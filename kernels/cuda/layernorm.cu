@@ -200,8 +200,9 @@ void layernorm_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout
   const bool column_sums = dinp_column_sums != nullptr;
   const int sums = column_sums ? 3 : 2;
   // Per-warp accumulators take 4 sums C bytes each: up to 8 warps within ~96 KiB of shared
-  // memory.
-  int warps = int(98304 / (size_t(4) * sums * C));
+  // memory, counted for three sums either way, so that both variants split the rows alike and
+  // give the same dweight and dbias bits.
+  int warps = int(98304 / (size_t(4) * 3 * C));
   warps = warps < 1 ? 1 : (warps > 8 ? 8 : warps);
   const size_t smem = size_t(warps) * 4 * sums * C;
   TACO_CHECK(smem <= size_t(detail::max_shared_memory_optin()),
