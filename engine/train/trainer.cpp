@@ -107,6 +107,14 @@ double sum_over(MPI_Comm comm, double x) {
   return out;
 }
 
+// The per-token losses the model summed since the last read, added over the world with each
+// micro-batch counted once: by the rank that `counts` (the last stage's tp rank 0; its tp peers
+// hold copies, other stages nothing). Every rank reads its model, so all start the next sum at 0.
+double world_loss_sum(Gpt& model, bool counts, MPI_Comm world) {
+  const double mine = model.take_loss_sum();
+  return sum_over(world, counts ? mine : 0.0);
+}
+
 CheckpointPart host_copy(const std::string& name, const Tensor& t) {
   CheckpointPart s{name, std::vector<uint8_t>(t.bytes())};
   if (!t.empty()) device_copy(s.bytes.data(), t.data, t.bytes(), DeviceKind::cpu, t.device);
@@ -416,10 +424,8 @@ double Trainer::evaluate() {
   stage.input = [&](int slot) { return s.model->stage_input(slot); };
   stage.output = [&](int slot) { return s.model->stage_output(slot); };
   run_forward_only(s.pp_comm.get(), mine, stage);
-  // Every batch's losses, summed where the model runs; counted once per tp group.
-  const double sum = s.model->take_loss_sum();
-  const double counted = s.last_stage() && coord.tp == 0 ? sum : 0.0;
-  return sum_over(s.grid->world().comm(), counted) / (double(batches) * B * T);
+  return world_loss_sum(*s.model, s.last_stage() && coord.tp == 0, s.grid->world().comm()) /
+         (double(batches) * B * T);
 }
 
 TrainHistory Trainer::run() {
@@ -511,11 +517,10 @@ TrainHistory Trainer::run() {
       s.dp_comm->all_gather(all.slice(coord.dp * s.shard_size, s.shard_size), all, dp, "dp.param",
                             -1);
     }
-    // The micro-batches' losses, summed on the device (one host round trip a step, here, after
-    // the update is queued); counted once per tp group.
-    const double loss_sum = s.model->take_loss_sum();
-    const double counted = s.last_stage() && coord.tp == 0 ? loss_sum : 0.0;
-    const double loss = sum_over(s.grid->world().comm(), counted) / double(s.tokens_per_step);
+    // The micro-batches' losses stayed on the device until here, after the update is queued.
+    const double loss =
+        world_loss_sum(*s.model, s.last_stage() && coord.tp == 0, s.grid->world().comm()) /
+        double(s.tokens_per_step);
     const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
     const double tok_per_s = double(s.tokens_per_step) / (ms / 1000.0);
     history.train_loss.push_back(loss);

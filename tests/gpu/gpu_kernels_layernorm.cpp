@@ -100,25 +100,34 @@ TEST(CudaLayerNorm, FusedResidualForwardEqualsResidualThenLayerNorm) {
   }
 }
 
+// A backward's random inputs, with mean and rstd from the CPU forward. The accumulators already
+// hold something: dinp the residual stream's gradient, dweight and dbias earlier micro-batches,
+// sized like the increments so their rounding stays small.
+struct BackwardInputs {
+  std::vector<float> inp, weight, dout, dinp0, dweight0, dbias0, mean, rstd;
+  BackwardInputs(const Shape& s, uint64_t seed)
+      : inp(test::random_bf16_values(size_t(s.N) * s.C, seed, 0.5f, 2.f)),
+        weight(test::random_bf16_values(s.C, seed + 1, 1.f, 0.2f)),
+        dout(test::random_bf16_values(size_t(s.N) * s.C, seed + 3)),
+        dinp0(test::random_bf16_values(size_t(s.N) * s.C, seed + 4)),
+        dweight0(test::random_bf16_values(s.C, seed + 5, 0.f, 4.f)),
+        dbias0(test::random_bf16_values(s.C, seed + 6, 0.f, 4.f)),
+        mean(s.N),
+        rstd(s.N) {
+    const auto bias = test::random_bf16_values(s.C, seed + 2, 0.f, 0.2f);
+    std::vector<float> out(inp.size());
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                           bias.data(), s.N, s.C);
+  }
+};
+
 TEST(CudaLayerNorm, BackwardAddsGradientsDeterministically) {
   TACO_SKIP_WITHOUT_GPU();
   for (const Shape& s : kShapes) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(test::describe(name(s), " seed ", seed));
-    const size_t NC = size_t(s.N) * s.C;
-    const auto inp = test::random_bf16_values(NC, seed, 0.5f, 2.f);
-    const auto weight = test::random_bf16_values(s.C, seed + 1, 1.f, 0.2f);
-    const auto bias = test::random_bf16_values(s.C, seed + 2, 0.f, 0.2f);
-    const auto dout = test::random_bf16_values(NC, seed + 3);
-    // Accumulators already hold something: dinp the residual stream's gradient, dweight and
-    // dbias earlier micro-batches. Sized like the increments so their rounding stays small.
-    const auto dinp0 = test::random_bf16_values(NC, seed + 4);
-    const auto dweight0 = test::random_bf16_values(s.C, seed + 5, 0.f, 4.f);
-    const auto dbias0 = test::random_bf16_values(s.C, seed + 6, 0.f, 4.f);
-
-    std::vector<float> out(NC), mean(s.N), rstd(s.N);
-    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
-                           bias.data(), s.N, s.C);
+    const BackwardInputs in(s, seed);
+    const auto& [inp, weight, dout, dinp0, dweight0, dbias0, mean, rstd] = in;
     std::vector<float> dinp_ref = dinp0, dweight_ref = dweight0, dbias_ref = dbias0;
     cpu::layernorm_backward(dinp_ref.data(), dweight_ref.data(), dbias_ref.data(), dout.data(),
                             inp.data(), weight.data(), mean.data(), rstd.data(), s.N, s.C);
@@ -157,22 +166,14 @@ TEST(CudaLayerNorm, BackwardAlsoSumsTheUpdatedDinpColumns) {
   for (const Shape& s : kShapes) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(test::describe(name(s), " seed ", seed));
-    const size_t NC = size_t(s.N) * s.C;
-    const auto inp = test::random_bf16_values(NC, seed, 0.5f, 2.f);
-    const auto weight = test::random_bf16_values(s.C, seed + 1, 1.f, 0.2f);
-    const auto bias = test::random_bf16_values(s.C, seed + 2, 0.f, 0.2f);
-    const auto dout = test::random_bf16_values(NC, seed + 3);
-    const auto dinp0 = test::random_bf16_values(NC, seed + 4);
-    const auto sums0 = test::random_bf16_values(s.C, seed + 5, 0.f, 4.f);
-    std::vector<float> out(NC), mean(s.N), rstd(s.N);
-    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
-                           bias.data(), s.N, s.C);
+    const BackwardInputs in(s, seed);
+    const auto& [inp, weight, dout, dinp0, dweight0, dbias0, mean, rstd] = in;
+    const auto sums0 = test::random_bf16_values(s.C, seed + 7, 0.f, 4.f);
 
     DeviceArray<bf16> d_inp(to_bf16(inp)), d_w(to_bf16(weight)), d_dout(to_bf16(dout)),
-        d_dinp(to_bf16(dinp0)), d_dw(s.C), d_db(s.C), d_sums(to_bf16(sums0));
+        d_dinp(to_bf16(dinp0)), d_dw(to_bf16(dweight0)), d_db(to_bf16(dbias0)),
+        d_sums(to_bf16(sums0));
     DeviceArray<float> d_mean(mean), d_rstd(rstd);
-    d_dw.upload(std::vector<bf16>(s.C, float_to_bf16(0.f)));
-    d_db.upload(std::vector<bf16>(s.C, float_to_bf16(0.f)));
     cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
                              d_w.get(), d_mean.get(), d_rstd.get(), s.N, s.C, nullptr,
                              d_sums.get());
@@ -188,8 +189,8 @@ TEST(CudaLayerNorm, BackwardAlsoSumsTheUpdatedDinpColumns) {
 
     // The plain call on the same inputs gives the same bits for everything else.
     d_dinp.upload(to_bf16(dinp0));
-    d_dw.upload(std::vector<bf16>(s.C, float_to_bf16(0.f)));
-    d_db.upload(std::vector<bf16>(s.C, float_to_bf16(0.f)));
+    d_dw.upload(to_bf16(dweight0));
+    d_db.upload(to_bf16(dbias0));
     cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
                              d_w.get(), d_mean.get(), d_rstd.get(), s.N, s.C, nullptr);
     EXPECT_EQ(test::count_bit_differences(to_float(d_dinp.download()), dinp), 0u);

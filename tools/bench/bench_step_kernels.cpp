@@ -142,18 +142,20 @@ std::vector<KernelRow> time_kernels(StepRunner& runner, int reps) {
   ops::copy(dx, x);
   add("backward", "matmul lm head backward", 1, 2 * gemm(c, vp), 0,
       [&] { ops::matmul_backward(dln, G("wte"), Tensor{}, logits, ln, wte, N, C, Vp); });
-  add("backward", "layernorm backward", 2 * L + 1, 0, bytes * 4 * n * c, [&] {
-    ops::layernorm_backward(dx, G("h0.ln1_w"), G("h0.ln1_b"), dln, x, ln_w, mean, rstd, N, C);
+  // As the model runs them: each LayerNorm backward but one also sums its dresid columns into
+  // the fc2 or proj bias gradient, which the matmul backward of those two then leaves out.
+  add("backward", "layernorm backward (+ bias grad)", 2 * L + 1, 0, bytes * 4 * n * c, [&] {
+    ops::layernorm_backward(dx, G("h0.ln1_w"), G("h0.ln1_b"), dln, x, ln_w, mean, rstd, N, C,
+                            G("h0.proj_b"));
   });
   add("backward", "matmul fc2 + dGELU backward", L, 2 * gemm(4 * c, c), 0, [&] {
-    ops::matmul_gelu_backward(dfch, G("h0.fc2_w"), G("h0.fc2_b"), dx, fch_gelu, fc2_w, fch,
-                              Tensor{}, N, 4 * C, C);
+    ops::matmul_gelu_backward(dfch, G("h0.fc2_w"), Tensor{}, dx, fch_gelu, fc2_w, fch, Tensor{}, N,
+                              4 * C, C);
   });
   add("backward", "matmul fc backward", L, 2 * gemm(c, 4 * c), 0,
       [&] { ops::matmul_backward(dln, G("h0.fc_w"), G("h0.fc_b"), dfch, ln, fc_w, N, C, 4 * C); });
-  add("backward", "matmul proj backward", L, 2 * gemm(c, c), 0, [&] {
-    ops::matmul_backward(datty, G("h0.proj_w"), G("h0.proj_b"), dx, atty, proj_w, N, C, C);
-  });
+  add("backward", "matmul proj backward", L, 2 * gemm(c, c), 0,
+      [&] { ops::matmul_backward(datty, G("h0.proj_w"), Tensor{}, dx, atty, proj_w, N, C, C); });
   add("backward", "attention backward", L, 2.5 * attn_fwd, 0,
       [&] { ops::attention_backward(dqkv, datty, qkv, atty, lse, scratch, B, T, C, NH); });
   add("backward", "matmul qkv backward", L, 2 * gemm(c, 3 * c), 0, [&] {
@@ -203,8 +205,8 @@ std::vector<KernelRow> time_kernels(StepRunner& runner, int reps) {
   add(
       "fused", "fc2 backward, dGELU by its own kernel", L, 0, 0,
       [&] {
-        ops::matmul_gelu_backward(dfch, G("h0.fc2_w"), G("h0.fc2_b"), dx, fch_gelu, fc2_w, fch,
-                                  Tensor{}, N, 4 * C, C);
+        ops::matmul_gelu_backward(dfch, G("h0.fc2_w"), Tensor{}, dx, fch_gelu, fc2_w, fch, Tensor{},
+                                  N, 4 * C, C);
       },
       "|matmul fc2 + dGELU backward|");
   cuda::matmul_set_fused_epilogues(true);
