@@ -31,9 +31,12 @@ struct Shape {
   int N, C;
 };
 
-// Odd row counts; C = 200 leaves lanes idle; 768 is GPT-2; 2048 and 8192 take the backward's
-// smaller warp counts and, for 8192, more than 48 KiB of shared memory.
-const std::vector<Shape> kShapes = {{37, 200}, {64, 768}, {17, 2048}, {9, 8192}};
+// Odd row counts; C = 200 leaves lanes idle; 256, 768 (GPT-2) and 1024 take the backward's
+// register variant (2500 rows: more rows than warps in a wave, so warps add several rows and
+// blocks several warps); 200, 2048 and 8192 its shared-memory variant, with smaller warp counts
+// and, for 8192, more than 48 KiB of shared memory.
+const std::vector<Shape> kShapes = {{37, 200},   {41, 256},  {64, 768}, {2500, 768},
+                                    {300, 1024}, {17, 2048}, {9, 8192}};
 
 std::string name(const Shape& s) { return test::describe("N", s.N, " C", s.C); }
 
