@@ -9,6 +9,7 @@
 #   attention  PyTorch's SDPA on the model shapes (attention_vs_torch.py)        ~30 s
 #   codec      taco-bench codec (device codecs against a device-to-device copy)  ~80 s
 #   comm       taco-bench comm on this one GPU                                   ~30 s
+#   sass       SASS of taco's G=128 bf16 encode kernel and its opcode counts     ~5 s
 # Default: build tests step codec comm (quick: build tests). A device call runs at most 600 s:
 # split larger batches over calls (build-gpu is kept while the machine stays warm).
 set -uo pipefail
@@ -64,6 +65,14 @@ for part in "${parts[@]}"; do
     timeout 120 mpirun -np 1 $B/taco-bench comm --max-bytes 256M --json "$OUT/comm-1gpu.json" \
       > "$OUT/comm-1gpu.log" 2>&1
     tail -30 "$OUT/comm-1gpu.log"
+    ;;
+  sass)
+    # Static counts over the whole kernel (every path), a first look at where instructions go.
+    obj=$(find $B -name codec_fp8_encode.cu.o | head -1)
+    "$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)" -sass "$obj" | awk '/Function :/ { p = ($0 ~ /encode_groups_kernelItLi128ELb0/) } p' \
+      > "$OUT/encode-g128.sass"
+    grep -oE '^ +/\*[0-9a-f]+\*/ +(@!?U?P[0-9T] +)?[A-Z0-9_.]+' "$OUT/encode-g128.sass" |
+      awk '{ print $NF }' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -30
     ;;
   *)
     echo "gpu_batch.sh: unknown part '$part'; see the top of tools/bench/gpu_batch.sh" >&2
