@@ -69,8 +69,9 @@ for part in "${parts[@]}"; do
   sass)
     # Static counts over the whole kernel (every path), a first look at where instructions go.
     obj=$(find $B -name codec_fp8_encode.cu.o | head -1)
-    "$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)" -sass "$obj" | awk '/Function :/ { p = ($0 ~ /encode_groups_kernelItLi128ELb0/) } p' \
-      > "$OUT/encode-g128.sass"
+    cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+    "$cuobjdump" -sass "$obj" |
+      awk '/Function :/ { p = ($0 ~ /encode_groups_kernelItLi128ELb0/) } p' > "$OUT/encode-g128.sass"
     grep -oE '^ +/\*[0-9a-f]+\*/ +(@!?U?P[0-9T] +)?[A-Z0-9_.]+' "$OUT/encode-g128.sass" |
       awk '{ print $NF }' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -30
     ;;
