@@ -32,7 +32,9 @@ void layernorm_backward(double* dinp, double* dweight, double* dbias, const doub
 //   fused_residual_layernorm_forward WRITES residual_out = a + b (rounded to bf16; may alias a or
 //   b) and out = LayerNorm(residual_out), bit-identical to residual_forward + layernorm_forward;
 //   layernorm_backward ADDS into dinp (it feeds the residual stream) and into dweight, dbias
-//   (parameter gradients), deterministically (fixed-order two-stage sums, no float atomics).
+//   (parameter gradients), deterministically (fixed-order two-stage sums, no float atomics;
+//   the split into partial sums follows the device's SM count, so the bits are the same from run
+//   to run on one kind of GPU, not across kinds).
 //   Given dinp_column_sums [C], it also ADDS the column sums of the updated dinp (as stored, in
 //   bf16) into it: the bias gradient of the linear layer whose output feeds the residual stream
 //   at this point, without another pass over dinp.
