@@ -69,6 +69,7 @@ void set_tiles(GroupParams& p, bool aligned) {
   p.tiles = kTokens ? (p.rows + G - 1) / G * p.tiles_per_row : p.tiles_per_row * p.rows;
   if (p.tiles <= INT32_MAX) p.per_row = divide_u32(uint32_t(p.tiles_per_row));
   p.vectorized = aligned && p.cols % S::kRun == 0;
+  p.whole_groups = !kTokens && p.cols % G == 0;
 }
 
 // Blocks for a grid-stride launch: enough for the work, at most a few waves of the device.

@@ -90,6 +90,7 @@ struct GroupParams {
   Fp8Scales scales = Fp8Scales::single;
   bool hadamard = false;
   bool vectorized = false;  // 16-byte aligned pointers and rows that keep vectors aligned
+  bool whole_groups = false;  // hidden axis, cols % G == 0: tile i is group i, at i * G
   float hadamard_scale = 1.f;
   float target = 448.f;
   float rtarget = 1.f / 448.f;  // 1 / target, rounded to nearest
@@ -129,6 +130,16 @@ __device__ __forceinline__ TileRef tile_at(int64_t tile, int li, const GroupPara
   constexpr int C = S::C;
   TileRef t{0, 1, 0, 0, 0, li * S::K, false};
   if (tile >= p.tiles) return t;
+  if constexpr (!kTokens) {
+    if (p.whole_groups) {  // the division below, without it: every group full, rows back to back
+      t.n = G;
+      t.columns = 1;
+      t.base = tile * G + t.r0;
+      t.first_group = tile;
+      t.full = true;
+      return t;
+    }
+  }
   // 32-bit division where it suffices (a 64-bit one is a long software sequence)
   int64_t major, minor;
   if (p.tiles <= INT32_MAX) {  // then tile < p.tiles and tiles_per_row <= p.tiles fit too
