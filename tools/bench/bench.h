@@ -12,8 +12,11 @@ namespace taco::bench {
 // of 1024). Anything else throws taco::UserError naming `option`.
 int64_t parse_size(const std::string& option, const std::string& text);
 
-// taco-bench codec [--cpu|--gpu] [--rows R] [--cols C] [--reps N] [--seed S] [--threads T]
-//                  [--min-bytes S] [--max-bytes S] [--json FILE]
+// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
+std::vector<std::string> split_list(const std::string& s);
+
+// taco-bench codec [--cpu|--gpu] [--codecs LIST] [--rows R] [--cols C] [--reps N] [--seed S]
+//                  [--threads T] [--min-bytes S] [--max-bytes S] [--json FILE]
 int codec(const std::vector<std::string>& args);
 
 // taco-bench step [--model 124m|350m|1.3b] [--steps N] [--warmup N] [--batch B] [--per-kernel]

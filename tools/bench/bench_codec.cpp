@@ -39,6 +39,7 @@ struct Args {
   int64_t min_bytes = int64_t(1) << 20;  // GPU: the message sizes
   int64_t max_bytes = int64_t(1) << 30;
   std::string json;
+  std::vector<CodecKind> kinds;  // --codecs; empty: all
 };
 
 Args parse_args(const std::vector<std::string>& a) {
@@ -76,6 +77,15 @@ Args parse_args(const std::vector<std::string>& a) {
       r.max_bytes = parse_size("--max-bytes", value(i));
     } else if (a[i] == "--json") {
       r.json = value(i);
+    } else if (a[i] == "--codecs") {
+      for (const std::string& name : split_list(value(i))) {
+        CodecKind kind;
+        if (!parse_codec_kind(name, &kind)) {
+          throw UserError("--codecs: '" + name +
+                          "' is not a codec (none, fp8_tensor, fp8_block, taco)");
+        }
+        r.kinds.push_back(kind);
+      }
     } else {
       throw UserError("unknown option '" + a[i] + "'; see taco-bench --help");
     }
@@ -261,6 +271,7 @@ int codec(const std::vector<std::string>& args) {
       g.json = a.json;
       g.min_bytes = a.min_bytes;
       g.max_bytes = a.max_bytes;
+      g.kinds = a.kinds;
       return codec_gpu(g);
     }
     if (a.gpu) throw UserError("--gpu: no CUDA device (or a build without CUDA)");
@@ -289,6 +300,7 @@ int codec(const std::vector<std::string>& args) {
   std::vector<Row> rows;
   for (const Distribution& d : dists) {
     for (const CodecOptions& o : codecs()) {
+      if (!selected(a.kinds, o.kind)) continue;
       const Row r = measure(*make_codec(o), d, a);
       std::printf("%-10s %-31s %7.4f %6.2fx %9s %9s %9s %8.2f %8.2f\n", r.distribution.c_str(),
                   r.codec.c_str(), r.bytes_per_element, r.ratio_vs_bf16,

@@ -59,8 +59,8 @@ double best_ms(int reps, cudaEvent_t start, cudaEvent_t stop, F&& f) {
   };
   f();  // warm-up
   const double alone = time_calls(1);
-  const int calls = int(std::clamp(std::ceil(kTimedSpanMs / std::max(alone, 1e-6)), 1.0,
-                                   double(kMaxCallsPerTiming)));
+  const int calls = int(
+      std::clamp(std::ceil(kTimedSpanMs / std::max(alone, 1e-6)), 1.0, double(kMaxCallsPerTiming)));
   double best = 1e30;
   for (int r = 0; r < reps; ++r) best = std::min(best, time_calls(calls));
   return best;
@@ -146,6 +146,7 @@ int codec_gpu(const GpuCodecArgs& a) {
     });
     const double copy_gbps = 2.0 * double(bytes) / copy_ms / 1e6;
     for (const CodecOptions& o : gpu_codecs()) {
+      if (!selected(a.kinds, o.kind)) continue;
       const auto codec = make_codec(o);
       const size_t wire_bytes = codec->max_encoded_size(shape, DType::bf16);
       GpuRow r{bytes, codec->name(), double(wire_bytes) / double(n), copy_gbps, 0, 0, 0, 0, 0, 0};

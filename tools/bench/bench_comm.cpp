@@ -52,20 +52,6 @@ struct Args {
   std::string chunks = "auto";  // compression.chunks: auto or a piece count
 };
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= s.size()) {
-    const size_t comma = s.find(',', at);
-    const std::string item =
-        s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    if (!item.empty()) out.push_back(item);
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
-
 int parse_int(const std::string& option, const std::string& text, int min) {
   int v = 0;
   try {

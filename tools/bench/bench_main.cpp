@@ -26,6 +26,20 @@ int64_t parse_size(const std::string& option, const std::string& text) {
   return int64_t(v * scale);
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = s.find(',', at);
+    const std::string item =
+        s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace taco::bench
 
 namespace {
@@ -38,8 +52,8 @@ struct Subcommand {
 
 constexpr Subcommand kSubcommands[] = {
     {"codec", taco::bench::codec,
-     "codec [--cpu|--gpu] [--rows R] [--cols C] [--reps N] [--seed S] [--threads T]\n"
-     "      [--min-bytes 1M] [--max-bytes 1G] [--json FILE]\n"
+     "codec [--cpu|--gpu] [--codecs fp8_tensor,fp8_block,taco] [--rows R] [--cols C]\n"
+     "      [--reps N] [--seed S] [--threads T] [--min-bytes 1M] [--max-bytes 1G] [--json FILE]\n"
      "      GPU (default where one exists): encode, decode, decode-accumulate GB/s of the\n"
      "      device codecs at 1 MB .. 1 GB (x4 steps) of bf16 next to a device memcpy, and their\n"
      "      error;\n"
