@@ -298,12 +298,14 @@ void launch_decode_groups(const DecodeArgs& a, TOut* out) {
   using S = DecodeShape<TOut, G, kTokens>;
   GroupParams p = a.p;
   set_tiles<S, G, kTokens>(p, detail::aligned16(out));
-  const unsigned blocks = grid_for(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp);
   int shared = 0;
   if constexpr (!kTokens) {
     if (p.vectorized) shared = DecodeRing<S, TOut>::kBlockBytes;
   }
-  allow_shared_memory<decode_groups_kernel<TOut, G, kTokens, kAccumulate>>(shared);
+  constexpr auto kernel = decode_groups_kernel<TOut, G, kTokens, kAccumulate>;
+  allow_shared_memory<kernel>(shared);
+  const unsigned blocks =
+      wave_grid<kernel>(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, shared);
   decode_groups_kernel<TOut, G, kTokens, kAccumulate><<<blocks, kThreads, shared, a.stream>>>(
       a.in, a.size, a.expect, out, p, a.status, a.nonfinite_groups);
   TACO_LAUNCH_OK();
@@ -331,7 +333,8 @@ void decode_typed(const DecodeArgs& a, const Fp8DeviceMessage& m, TOut* out) {
   const Fp8GroupSpec& s = m.spec;
   if (s.group == 0) {
     const int64_t n = s.count();
-    const unsigned blocks = grid_for(n, int64_t(kThreads) * kTensorRun);
+    const unsigned blocks =
+        wave_grid<decode_tensor_kernel<TOut, kAccumulate>>(n, int64_t(kThreads) * kTensorRun, 0);
     decode_tensor_kernel<TOut, kAccumulate><<<blocks, kThreads, 0, a.stream>>>(
         a.in, a.size, a.expect, out, n, m.scales_offset, s.format, detail::aligned16(out), a.status,
         a.nonfinite_groups);

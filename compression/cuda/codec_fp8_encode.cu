@@ -55,6 +55,53 @@ struct EncodeRing {
   static constexpr int kBlockBytes = kStages * kTileBytes * (kThreads / 32);
 };
 
+// Along hidden with aligned rows: each lane copies its runs of the tiles kStages - 1 ahead into
+// its warp's ring (cp.async), so that loads stay in flight while the warp computes without
+// holding them in registers (past the end, tile_at gives an empty tile: zeros). The warp's tiles
+// are t0, t0 + step, ... (kTilesPerWarp side by side). kWhole: p.whole_groups (no tail groups,
+// so that the tile arithmetic and the tests on n fold away).
+template <class T, class S, int G, bool kWhole>
+__device__ __forceinline__ void encode_ring(const T* __restrict__ x, const GroupParams& p,
+                                            int64_t t0, int64_t step, uint8_t* codes_out,
+                                            uint8_t* scales, int64_t& poisoned_groups) {
+  using Ring = EncodeRing<S>;
+  constexpr int J = Ring::J, kStages = Ring::kStages, L = S::L, R = S::R;
+  const int lane = threadIdx.x % 32, li = lane % L;
+  extern __shared__ uint4 ring_shared[];
+  uint4* ring = ring_shared + (threadIdx.x / 32) * (kStages * J * 32) + lane;
+  auto fetch = [&](int64_t first_tile, int stage) {
+    const TileRef f = tile_at<S, G, false, kWhole>(first_tile + lane / L, li, p);
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const T* src = x + f.base + S::offset(j * S::V);
+      if constexpr (kWhole) {  // past the end (base 0) src is inside the message, and not read
+        cp_async<16>(ring + (stage * J + j) * 32, src, f.n > 0);
+      } else {
+        const bool valid = f.r0 + S::offset(j * S::V) < f.n;
+        cp_async<16>(ring + (stage * J + j) * 32, valid ? src : x, valid);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) fetch(t0 + s * step, s);
+  int stage = 0;
+  for (; t0 < p.tiles; t0 += step) {
+    const TileRef t = tile_at<S, G, false, kWhole>(t0 + lane / L, li, p);
+    cp_async_wait<kStages - 2>();  // this tile's copies are done
+    RawRuns<T, S> raw;
+#pragma unroll
+    for (int j = 0; j < J; ++j) raw.w[j] = ring[(stage * J + j) * 32];
+    // into the stage read (and computed on) in the previous iteration
+    fetch(t0 + (kStages - 1) * step, stage == 0 ? kStages - 1 : stage - 1);
+    stage = stage == kStages - 1 ? 0 : stage + 1;
+    float v[1][R];
+    unpack_runs(raw, v[0]);
+    encode_tile<S, false, kWhole>(v, t, li, p, codes_out, scales, poisoned_groups);
+  }
+  cp_async_wait<0>();
+}
+
 // x [rows, cols] (fp32 or bf16 bits) -> codes and scales of `out`, one warp per 32 / L tiles.
 // Blocks per SM the encode is built for: along tokens, groups of 256 and 512 rows hold more
 // values per lane than 3 blocks' registers allow (ptxas spills over 1 KB there).
@@ -63,7 +110,9 @@ constexpr int encode_min_blocks() {
   return kTokens && G >= 256 ? TACO_CODEC_MIN_BLOCKS : TACO_CODEC_ENCODE_MIN_BLOCKS;
 }
 
-template <class T, int G, bool kTokens>
+// kWhole: launched only where p.whole_groups and p.vectorized hold and the ring is built (its own
+// kernel, the ring loop alone, so that the general tile arithmetic costs it no registers).
+template <class T, int G, bool kTokens, bool kWhole>
 __global__ void __launch_bounds__(kThreads, encode_min_blocks<G, kTokens>())
     encode_groups_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, GroupParams p,
                          HeaderParams hp, int64_t* nonfinite_groups) {
@@ -81,43 +130,13 @@ __global__ void __launch_bounds__(kThreads, encode_min_blocks<G, kTokens>())
   const int64_t step = warps * S::kTilesPerWarp;
   if constexpr (!kTokens) {
     using Ring = EncodeRing<S>;
-    if (p.vectorized && Ring::kStages > 0) {
-      // Along hidden with aligned rows: each lane copies its runs of the tiles kStages - 1 ahead
-      // into its warp's ring (cp.async), so that loads stay in flight while the warp computes
-      // without holding them in registers (past the end, tile_at gives an empty tile: zeros).
-      constexpr int J = Ring::J, kStages = Ring::kStages;
-      extern __shared__ uint4 ring_shared[];
-      uint4* ring = ring_shared + (threadIdx.x / 32) * (kStages * J * 32) + lane;
-      auto fetch = [&](int64_t first_tile, int stage) {
-        const TileRef f = tile_at<S, G, kTokens>(first_tile + lane / L, li, p);
-#pragma unroll
-        for (int j = 0; j < J; ++j) {
-          const bool valid = f.r0 + S::offset(j * S::V) < f.n;
-          cp_async<16>(ring + (stage * J + j) * 32, valid ? x + f.base + S::offset(j * S::V) : x,
-                       valid);
-        }
-        cp_async_commit();
-      };
-      int64_t t0 = warp * S::kTilesPerWarp;
-#pragma unroll
-      for (int s = 0; s < kStages - 1; ++s) fetch(t0 + s * step, s);
-      int stage = 0;
-      for (; t0 < p.tiles; t0 += step) {
-        const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
-        cp_async_wait<kStages - 2>();  // this tile's copies are done
-        RawRuns<T, S> raw;
-#pragma unroll
-        for (int j = 0; j < J; ++j) raw.w[j] = ring[(stage * J + j) * 32];
-        // into the stage read (and computed on) in the previous iteration
-        fetch(t0 + (kStages - 1) * step, stage == 0 ? kStages - 1 : stage - 1);
-        stage = stage == kStages - 1 ? 0 : stage + 1;
-        float v[1][R];
-        unpack_runs(raw, v[0]);
-        encode_tile<S, kTokens>(v, t, li, p, codes_out, scales, poisoned_groups);
+    if constexpr (Ring::kStages > 0) {
+      if (kWhole || p.vectorized) {  // kWhole: what follows is dead code
+        encode_ring<T, S, G, kWhole>(x, p, warp * S::kTilesPerWarp, step, codes_out, scales,
+                                     poisoned_groups);
+        add_count(nonfinite_groups, poisoned_groups);
+        return;
       }
-      cp_async_wait<0>();
-      add_count(nonfinite_groups, poisoned_groups);
-      return;
     }
     if (p.vectorized) {
       // Without a ring: each warp reads its next tile into registers before the arithmetic of
@@ -283,20 +302,33 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   }
 }
 
+template <class T, int G, bool kTokens, bool kWhole>
+void launch_encode_kernel(const T* x, uint8_t* out, const GroupParams& p, const HeaderParams& hp,
+                          int64_t* nonfinite_groups, cudaStream_t stream) {
+  using S = TileShape<int(sizeof(T)), G, kTokens>;
+  constexpr auto kernel = encode_groups_kernel<T, G, kTokens, kWhole>;
+  int shared = 0;
+  if constexpr (!kTokens) {
+    if (p.vectorized) shared = EncodeRing<S>::kBlockBytes;
+  }
+  allow_shared_memory<kernel>(shared);
+  const unsigned blocks =
+      wave_grid<kernel>(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, shared);
+  kernel<<<blocks, kThreads, shared, stream>>>(x, out, p, hp, nonfinite_groups);
+  TACO_LAUNCH_OK();
+}
+
 template <class T, int G, bool kTokens>
 void launch_encode_groups(const T* x, uint8_t* out, GroupParams p, const HeaderParams& hp,
                           int64_t* nonfinite_groups, cudaStream_t stream) {
   using S = TileShape<int(sizeof(T)), G, kTokens>;
   set_tiles<S, G, kTokens>(p, detail::aligned16(x));
-  const unsigned blocks = grid_for(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp);
-  int shared = 0;
   if constexpr (!kTokens) {
-    if (p.vectorized) shared = EncodeRing<S>::kBlockBytes;
+    if (p.whole_groups && p.vectorized && EncodeRing<S>::kStages > 0) {
+      return launch_encode_kernel<T, G, kTokens, true>(x, out, p, hp, nonfinite_groups, stream);
+    }
   }
-  allow_shared_memory<encode_groups_kernel<T, G, kTokens>>(shared);
-  encode_groups_kernel<T, G, kTokens>
-      <<<blocks, kThreads, shared, stream>>>(x, out, p, hp, nonfinite_groups);
-  TACO_LAUNCH_OK();
+  launch_encode_kernel<T, G, kTokens, false>(x, out, p, hp, nonfinite_groups, stream);
 }
 
 template <class T, bool kTokens>
@@ -330,12 +362,14 @@ void encode_typed(const T* x, const Fp8DeviceMessage& m, uint8_t* out, cudaStrea
       // The scale section (16 bytes) is the absmax scratch; its padding is zeroed at the end.
       hp.scales_end = hp.total;
       TACO_CUDA_OK(cudaMemsetAsync(out + m.scales_offset, 0, 16, stream));
-      const unsigned blocks = grid_for(n, int64_t(kThreads) * kTensorRun);
-      tensor_absmax_kernel<T><<<blocks, kThreads, 0, stream>>>(x, n, out, hp, fp8_max(s.format),
-                                                               x_aligned, nonfinite_groups);
+      const int64_t per_block = int64_t(kThreads) * kTensorRun;
+      tensor_absmax_kernel<T>
+          <<<wave_grid<tensor_absmax_kernel<T>>(n, per_block, 0), kThreads, 0, stream>>>(
+              x, n, out, hp, fp8_max(s.format), x_aligned, nonfinite_groups);
       TACO_LAUNCH_OK();
       tensor_codes_kernel<T>
-          <<<blocks, kThreads, 0, stream>>>(x, n, out, m.scales_offset, s.format, x_aligned);
+          <<<wave_grid<tensor_codes_kernel<T>>(n, per_block, 0), kThreads, 0, stream>>>(
+              x, n, out, m.scales_offset, s.format, x_aligned);
       TACO_LAUNCH_OK();
       return;
     }

@@ -71,7 +71,8 @@ void launch(const ReduceArgs& a) {
   using S = TileShape<4, G, kTokens>;
   GroupParams p = a.p;
   set_tiles<S, G, kTokens>(p, /*aligned=*/true);  // slots and out are 16-byte aligned
-  const unsigned blocks = grid_for(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp);
+  const unsigned blocks = wave_grid<decode_sum_encode_kernel<G, kTokens>>(
+      p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, 0);
   decode_sum_encode_kernel<G, kTokens><<<blocks, kThreads, 0, a.stream>>>(
       a.in, a.slot, a.count, a.size, a.expect, a.out, p, a.hp, a.status, a.nonfinite_groups);
   TACO_LAUNCH_OK();

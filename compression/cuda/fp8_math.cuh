@@ -307,20 +307,25 @@ __device__ __forceinline__ void butterfly_stages(float (&v)[R]) {
 // h >= L*K pairs registers r and r + h / L. `apply` is uniform over the group but not over the
 // warp (a short tail group skips the transform), so the shuffles run on every lane and only the
 // update is conditional.
+// The butterflies of every group of the warp (all full): no per-element test. Across lanes the
+// lower partner adds and the upper one subtracts: v * (+-1) + other, one rounding, is exactly
+// the CPU's v + other or other - v.
+template <int R, int L, int K>
+__device__ __forceinline__ void hadamard_full(float (&v)[R], int li) {
+  butterfly_stages<1, K>(v);
+#pragma unroll
+  for (int m = 1; m < L; m *= 2) {
+    const float sign = (li & m) != 0 ? -1.f : 1.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) v[r] = __fmaf_rn(v[r], sign, __shfl_xor_sync(kFullMask, v[r], m));
+  }
+  butterfly_stages<K, R>(v);
+}
+
 template <int R, int L, int K>
 __device__ __forceinline__ void hadamard(float (&v)[R], int li, bool apply) {
-  // Every group of the warp full (the common case): no per-element test. Across lanes the lower
-  // partner adds and the upper one subtracts: v * (+-1) + other, one rounding, is exactly the
-  // CPU's v + other or other - v.
-  if (__all_sync(kFullMask, apply)) {
-    butterfly_stages<1, K>(v);
-#pragma unroll
-    for (int m = 1; m < L; m *= 2) {
-      const float sign = (li & m) != 0 ? -1.f : 1.f;
-#pragma unroll
-      for (int r = 0; r < R; ++r) v[r] = __fmaf_rn(v[r], sign, __shfl_xor_sync(kFullMask, v[r], m));
-    }
-    butterfly_stages<K, R>(v);
+  if (__all_sync(kFullMask, apply)) {  // the common case
+    hadamard_full<R, L, K>(v, li);
     return;
   }
   if (apply) {

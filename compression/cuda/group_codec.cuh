@@ -72,11 +72,21 @@ void set_tiles(GroupParams& p, bool aligned) {
   p.whole_groups = !kTokens && p.cols % G == 0;
 }
 
-// Blocks for a grid-stride launch: enough for the work, at most a few waves of the device.
-inline unsigned grid_for(int64_t work_items, int64_t items_per_block) {
+// Blocks for a grid-stride launch of Kernel with `shared` bytes of dynamic shared memory: one
+// wave of the device (every block resident from the start), fewer where the work needs fewer. More
+// waves than one would leave the last one part-empty (3 blocks per SM resident and 8 per SM
+// launched: 2.67 waves) and start each block's load pipeline once per wave. The occupancy is
+// asked once per kernel (call after allow_shared_memory; `shared` is the same at every launch).
+template <auto Kernel>
+unsigned wave_grid(int64_t work_items, int64_t items_per_block, int shared) {
+  static const int per_sm = [shared] {
+    int n = 0;
+    TACO_CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, kThreads, shared));
+    return n < 1 ? 1 : n;
+  }();
   const int64_t needed = (work_items + items_per_block - 1) / items_per_block;
-  const int64_t cap = int64_t(detail::sm_count()) * 8;
-  return unsigned(needed < 1 ? 1 : needed < cap ? needed : cap);
+  const int64_t wave = int64_t(detail::sm_count()) * per_sm;
+  return unsigned(needed < 1 ? 1 : needed < wave ? needed : wave);
 }
 
 // Lets Kernel launch with `bytes` of dynamic shared memory: above the default 48 KB it must opt
@@ -152,6 +162,9 @@ __device__ __forceinline__ void quantize_column(const float (&v)[S::R], const Qu
 template <class S, bool kTokens, Fp8Format F>
 __device__ __forceinline__ void quantize_column(const float (&v)[S::R], const Quantizer& qz, int c,
                                                 uint32_t* packed) {
+  if (qz.mode == Quantizer::kMul) {  // the common case, before the table jump
+    return quantize_column<S, kTokens, F, Quantizer::kMul>(v, qz, c, packed);
+  }
   switch (qz.mode) {
     case Quantizer::kPow2:
       return quantize_column<S, kTokens, F, Quantizer::kPow2>(v, qz, c, packed);
@@ -171,13 +184,16 @@ __device__ __forceinline__ void quantize_column(const float (&v)[S::R], const Qu
 }
 
 // Quantizes the tile's values v (elements outside the group are zero) into the codes and scales
-// of a message, counting poisoned groups (a non-finite value) into `poisoned_groups`.
-template <class S, bool kTokens>
+// of a message, counting poisoned groups (a non-finite value) into `poisoned_groups`. kWhole: t
+// comes from tile_at<..., kWhole = true> (n is G or, past the last tile, 0, with zeros in v).
+template <class S, bool kTokens, bool kWhole = false>
 __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRef& t, int li,
                                             const GroupParams& p, uint8_t* codes_out,
                                             uint8_t* scales, int64_t& poisoned_groups) {
   constexpr int R = S::R, L = S::L, K = S::K, C = S::C, kRun = S::kRun;
   const bool e8m0 = p.scales == Fp8Scales::e8m0;
+  // Every group full (the transform on a past-the-end tile's zeros gives zeros, not stored).
+  const bool full = kWhole || t.full;
   uint32_t packed[R * C / 4];  // codes: tokens [r][c], hidden [r]
 #pragma unroll
   for (int w = 0; w < R * C / 4; ++w) packed[w] = 0;
@@ -209,21 +225,28 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
     Quantizer qz;
     if (p.hadamard) {
       // a is normal, in [1e-3, 1e3] (for a finite group): floor(log2 a) is its exponent field
-      a = adaptive_scale(ss, t.n > 0 ? t.n : 1, p.target);
+      a = adaptive_scale(ss, kWhole ? R * L : t.n > 0 ? t.n : 1, p.target);
       if (e8m0) {
         ea = exponent_of(a);
         a = exact_pow2(ea);
       }
-      // Large values are scaled into range by 2^e first (rare: ss above 2^64).
-      const int e = ss <= kPrescaleSumOfSquares ? 0 : exponent_of(a);
-      if (__any_sync(kFullMask, e != 0)) {
-        const float pe = exact_pow2(e);
+      // Large values are scaled into range by 2^e first (rare: ss above 2^64); c = a * 2^-e.
+      float a_e = a;
+      if (__any_sync(kFullMask, !(ss <= kPrescaleSumOfSquares))) {
+        const int e = ss <= kPrescaleSumOfSquares ? 0 : exponent_of(a);
+        if (e != 0) {
+          const float pe = exact_pow2(e);
 #pragma unroll
-        for (int r = 0; r < R; ++r) v[c][r] = __fmul_rn(v[c][r], pe);
+          for (int r = 0; r < R; ++r) v[c][r] = __fmul_rn(v[c][r], pe);
+          a_e = __fmul_rn(a, exact_pow2(-e));
+        }
       }
-      hadamard<R, L, K>(v[c], li, t.full);
-      const float cy =
-          __fmul_rn(e != 0 ? __fmul_rn(a, exact_pow2(-e)) : a, t.full ? p.hadamard_scale : 1.f);
+      if constexpr (kWhole) {
+        hadamard_full<R, L, K>(v[c], li);
+      } else {
+        hadamard<R, L, K>(v[c], li, t.full);
+      }
+      const float cy = __fmul_rn(a_e, full ? p.hadamard_scale : 1.f);
       qz = make_taco_quantizer(group_max<L>(lane_max_abs<false>(v[c])), cy, ea, p.scales, p.target,
                                p.rtarget);
     } else {
@@ -237,7 +260,7 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
       }
     }
 
-    if (li == 0 && t.n > 0 && c < t.columns) {
+    if (li == 0 && t.n > 0 && (kWhole || c < t.columns)) {
       const int64_t g = t.first_group + c;
       if (bad != 0) {
         ++poisoned_groups;
@@ -277,7 +300,7 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
 #pragma unroll
     for (int k = 0; k < R; k += kRun) {
       if (p.vectorized) {
-        if (t.r0 + S::offset(k) < t.n)
+        if (kWhole ? t.n > 0 : t.r0 + S::offset(k) < t.n)
           store_bytes<kRun>(codes_out + t.base + S::offset(k), &packed[k / 4]);
       } else {
 #pragma unroll

@@ -89,7 +89,7 @@ struct GroupParams {
   Fp8Format format = Fp8Format::e4m3;
   Fp8Scales scales = Fp8Scales::single;
   bool hadamard = false;
-  bool vectorized = false;  // 16-byte aligned pointers and rows that keep vectors aligned
+  bool vectorized = false;    // 16-byte aligned pointers and rows that keep vectors aligned
   bool whole_groups = false;  // hidden axis, cols % G == 0: tile i is group i, at i * G
   float hadamard_scale = 1.f;
   float target = 448.f;
@@ -125,13 +125,16 @@ struct TileRef {
   bool full;            // n == G: the Hadamard transform applies
 };
 
-template <class S, int G, bool kTokens>
+// The tile at index `tile` for lane li of its group (past the last tile: n = 0). kWhole: the
+// caller knows p.whole_groups, so that n = G and full are constants for the compiler.
+template <class S, int G, bool kTokens, bool kWhole = false>
 __device__ __forceinline__ TileRef tile_at(int64_t tile, int li, const GroupParams& p) {
+  static_assert(!kWhole || !kTokens, "whole groups are an along-hidden layout");
   constexpr int C = S::C;
   TileRef t{0, 1, 0, 0, 0, li * S::K, false};
   if (tile >= p.tiles) return t;
   if constexpr (!kTokens) {
-    if (p.whole_groups) {  // the division below, without it: every group full, rows back to back
+    if (kWhole || p.whole_groups) {  // every group full, rows back to back: no division
       t.n = G;
       t.columns = 1;
       t.base = tile * G + t.r0;

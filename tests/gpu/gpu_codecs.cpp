@@ -199,6 +199,8 @@ const MessageShape kShapes[] = {
     {37, 200},    // tails along both axes, columns not a multiple of 8: scalar paths
     {1, 1000},    // one row: along tokens, every group is a tail
     {600, 72},    // tails of rows along tokens, vectorized columns
+    {37, 512},    // whole groups along hidden, and tile counts that leave a warp's last lanes
+                  // without a tile (G = 128: 148 tiles, 8 per warp)
 };
 
 TEST(CudaCodecs, EncodeDecodeAndAccumulateMatchTheCpuReferenceBitForBit) {
