@@ -10,6 +10,8 @@
 #   codec      taco-bench codec (device codecs against a device-to-device copy)  ~80 s
 #   comm       taco-bench comm on this one GPU                                   ~30 s
 #   sass       SASS of taco's G=128 bf16 encode kernel and its opcode counts     ~5 s
+#   profile    Nsight Compute source counters (executed instructions and stall
+#              samples per SASS line) of taco's 128 MB encode and bf16 decode    ~25 s
 # Default: build tests step codec comm (quick: build tests). A device call runs at most 600 s:
 # split larger batches over calls (build-gpu is kept while the machine stays warm).
 set -uo pipefail
@@ -71,9 +73,20 @@ for part in "${parts[@]}"; do
     obj=$(find $B -name codec_fp8_encode.cu.o | head -1)
     cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
     "$cuobjdump" -sass "$obj" |
-      awk '/Function :/ { p = ($0 ~ /encode_groups_kernelItLi128ELb0/) } p' > "$OUT/encode-g128.sass"
+      awk '/Function :/ { p = ($0 ~ /encode_groups_kernelItLi128ELb0ELb1/) } p' > "$OUT/encode-g128.sass"
     grep -oE '^ +/\*[0-9a-f]+\*/ +(@!?U?P[0-9T] +)?[A-Z0-9_.]+' "$OUT/encode-g128.sass" |
       awk '{ print $NF }' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -30
+    ;;
+  profile)
+    # The first launch of each kernel under --codecs taco is taco's (G=128 dual along hidden).
+    for k in encode_groups_kernelItLi128ELb0 decode_groups_kernelItLi128ELb0ELb0; do
+      ncu --kernel-name-base mangled --kernel-name "regex:$k" --launch-count 1 -f -o /tmp/prof \
+        --section SourceCounters --section SpeedOfLight --section WarpStateStats \
+        $B/taco-bench codec --codecs taco --reps 1 --min-bytes 128M --max-bytes 128M \
+        > "$OUT/profile.log" 2>&1 || { tail -5 "$OUT/profile.log"; continue; }
+      ncu --import /tmp/prof.ncu-rep --page source --print-source sass --csv > "$OUT/$k.csv"
+      ncu --import /tmp/prof.ncu-rep --page details | grep -E "Duration|Throughput|Executed Ipc"
+    done
     ;;
   *)
     echo "gpu_batch.sh: unknown part '$part'; see the top of tools/bench/gpu_batch.sh" >&2
