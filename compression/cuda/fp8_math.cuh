@@ -306,10 +306,9 @@ __device__ __forceinline__ void butterfly_stages(float (&v)[R]) {
 // x[i] - x[i + h]). h < K pairs registers r and r + h; K <= h < L*K crosses lanes (mask h / K);
 // h >= L*K pairs registers r and r + h / L. `apply` is uniform over the group but not over the
 // warp (a short tail group skips the transform), so the shuffles run on every lane and only the
-// update is conditional.
-// The butterflies of every group of the warp (all full): no per-element test. Across lanes the
-// lower partner adds and the upper one subtracts: v * (+-1) + other, one rounding, is exactly
-// the CPU's v + other or other - v.
+// update is conditional. hadamard_full: every group of the warp full, no per-element test.
+// Across lanes the lower partner adds and the upper one subtracts: v * (+-1) + other, one
+// rounding, is exactly the CPU's v + other or other - v.
 template <int R, int L, int K>
 __device__ __forceinline__ void hadamard_full(float (&v)[R], int li) {
   butterfly_stages<1, K>(v);
