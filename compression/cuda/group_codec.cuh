@@ -4,7 +4,6 @@
 // kernels/cpu/codec_fp8.cpp does (fp8_math.cuh), in the lane layout of tile.cuh.
 #pragma once
 
-#include <atomic>
 #include <cstring>
 
 #include "compression/cuda/codec_fp8_device.h"
@@ -74,23 +73,15 @@ void set_tiles(GroupParams& p, bool aligned) {
 }
 
 // Blocks for a grid-stride launch of Kernel with `shared` bytes of dynamic shared memory: one
-// wave of the device (every block resident from the start), fewer where the work needs fewer. More
-// waves than one would leave the last one part-empty (3 blocks per SM resident and 8 per SM
-// launched: 2.67 waves) and start each block's load pipeline once per wave. The occupancy is
-// asked once per kernel and size of its shared memory (a kernel launches with two at most: with
-// and without its ring); call after allow_shared_memory.
+// wave of the device (every block resident from the start; detail::wave_blocks), fewer where the
+// work needs fewer. More waves would leave the last one part-empty (3 blocks per SM resident and
+// 8 per SM launched: 2.67 waves) and start each block's load pipeline once per wave. Call after
+// allow_shared_memory.
 template <auto Kernel>
 unsigned wave_grid(int64_t work_items, int64_t items_per_block, int shared) {
-  static std::atomic<int> cached_per_sm[2];  // shared == 0, shared > 0; 0: not asked yet
-  std::atomic<int>& cached = cached_per_sm[shared > 0 ? 1 : 0];
-  int per_sm = cached.load(std::memory_order_relaxed);
-  if (per_sm == 0) {
-    TACO_CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, kThreads, shared));
-    per_sm = per_sm < 1 ? 1 : per_sm;
-    cached.store(per_sm, std::memory_order_relaxed);
-  }
   const int64_t needed = (work_items + items_per_block - 1) / items_per_block;
-  const int64_t wave = int64_t(detail::sm_count()) * per_sm;
+  const int64_t wave =
+      detail::wave_blocks(reinterpret_cast<const void*>(Kernel), kThreads, size_t(shared));
   return unsigned(needed < 1 ? 1 : needed < wave ? needed : wave);
 }
 

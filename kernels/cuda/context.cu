@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "kernels/cuda/check.cuh"
@@ -14,6 +15,8 @@ struct DeviceState {
   cudnnHandle_t dnn = nullptr;
   int sm_count = 0;
   int max_smem_optin = 0;
+  // wave_blocks: (kernel, threads per block, dynamic shared bytes) -> blocks resident per SM
+  std::map<std::tuple<const void*, int, size_t>, int> resident;
 };
 
 struct StreamState {
@@ -50,6 +53,18 @@ int sm_count() {
   const int device = current_device();
   std::lock_guard<std::mutex> lock(g_mutex);
   return device_state_locked(device).sm_count;
+}
+
+int wave_blocks(const void* kernel, int threads, size_t smem) {
+  const int device = current_device();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceState& s = device_state_locked(device);
+  auto [it, added] = s.resident.try_emplace(std::make_tuple(kernel, threads, smem), 0);
+  if (added) {
+    TACO_CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, smem));
+    if (it->second < 1) it->second = 1;
+  }
+  return s.sm_count * it->second;
 }
 
 int max_shared_memory_optin() {

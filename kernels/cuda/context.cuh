@@ -22,6 +22,12 @@ int current_device();
 int sm_count();                 // of the current device
 int max_shared_memory_optin();  // bytes per block, of the current device
 
+// Blocks of `kernel` (launched with `threads` per block and `smem` bytes of dynamic shared memory)
+// that are resident on the current device at once: one wave, the grid of a grid-stride kernel
+// whose blocks should all start together. Asked of CUDA once per (device, kernel, threads, smem);
+// a kernel that needs more than 48 KB of shared memory must have opted in first.
+int wave_blocks(const void* kernel, int threads, size_t smem);
+
 cublasLtHandle_t cublaslt_handle();             // of the current device
 cudnnHandle_t cudnn_handle();                   // of the current device
 void* cublaslt_workspace(cudaStream_t stream);  // kCublasLtWorkspaceBytes

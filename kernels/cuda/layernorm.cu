@@ -250,9 +250,7 @@ __global__ void __launch_bounds__(kBackwardRegWarps * 32)
 // variants split the rows alike and give the same dweight and dbias bits), no more than the rows
 // need.
 int one_wave(const void* kernel, int threads, size_t smem, int N) {
-  int per_sm = 0;
-  TACO_CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  const size_t wave = size_t(detail::sm_count()) * size_t(per_sm < 1 ? 1 : per_sm);
+  const size_t wave = size_t(detail::wave_blocks(kernel, threads, smem));
   const size_t needed = ceil_div(size_t(N), size_t(threads / 32));
   return int(wave < needed ? wave : needed);
 }
