@@ -76,8 +76,8 @@ struct DecodeRing {
   static constexpr int kBlockBytes = kStages * kTileBytes * (kThreads / 32);
 };
 
-// Decoded values v of tile t into the sink.
-template <class S, bool kTokens, class Sink>
+// Decoded values v of tile t into the sink (kWhole: as load_coded_tile's).
+template <class S, bool kTokens, class Sink, bool kWhole = false>
 __device__ __forceinline__ void store_tile(const Sink& sink, const TileRef& t, const GroupParams& p,
                                            const float (&v)[S::C][S::R]) {
   constexpr int R = S::R, C = S::C, kRun = S::kRun;
@@ -101,8 +101,9 @@ __device__ __forceinline__ void store_tile(const Sink& sink, const TileRef& t, c
   } else {
 #pragma unroll
     for (int k = 0; k < R; k += kRun) {
-      if (p.vectorized) {
-        if (t.r0 + S::offset(k) < t.n) sink.template run<kRun>(t.base + S::offset(k), &v[0][k]);
+      if (kWhole || p.vectorized) {
+        if (kWhole ? t.n > 0 : t.r0 + S::offset(k) < t.n)
+          sink.template run<kRun>(t.base + S::offset(k), &v[0][k]);
       } else {
 #pragma unroll
         for (int r = k; r < k + kRun; ++r) {
@@ -123,7 +124,9 @@ constexpr int decode_min_blocks() {
                              : TACO_CODEC_DECODE_F32_MIN_BLOCKS;
 }
 
-template <class TOut, int G, bool kTokens, bool kAccumulate>
+// kWhole: launched only for bf16 outputs along hidden where p.whole_groups and p.vectorized hold
+// (see tile_at and load_coded_tile).
+template <class TOut, int G, bool kTokens, bool kAccumulate, bool kWhole>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks<TOut, kTokens>())
     decode_groups_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
                          TOut* __restrict__ out, GroupParams p, uint32_t* status,
@@ -209,18 +212,20 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<TOut, kTokens>())
   // Otherwise each warp reads its next tile's codes and scales before the arithmetic of the
   // current one, so that the loads are in flight while it computes (past the end, tile_at gives
   // an empty tile and nothing is read).
+  // bf16 outputs decode their scales with the tile (CodedTile's kDeferred)
+  constexpr bool kDeferred = sizeof(TOut) == 2;
   int64_t t0 = warp * S::kTilesPerWarp;
-  TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
-  CodedTile<S> ct;
-  load_coded_tile<S, kTokens>(codes_in, scales, t, p, ct);
+  TileRef t = tile_at<S, G, kTokens, kWhole>(t0 + lane / L, li, p);
+  CodedTile<S, kDeferred> ct;
+  load_coded_tile<S, kTokens, kWhole, kDeferred>(codes_in, scales, t, p, ct);
   for (; t0 < p.tiles; t0 += step) {
-    const TileRef tn = tile_at<S, G, kTokens>(t0 + step + lane / L, li, p);
-    CodedTile<S> next;
-    load_coded_tile<S, kTokens>(codes_in, scales, tn, p, next);
+    const TileRef tn = tile_at<S, G, kTokens, kWhole>(t0 + step + lane / L, li, p);
+    CodedTile<S, kDeferred> next;
+    load_coded_tile<S, kTokens, kWhole, kDeferred>(codes_in, scales, tn, p, next);
 
     float v[C][R];
-    decode_loaded_tile<S, kTokens>(ct, t, li, p, v, poisoned_groups);
-    store_tile<S, kTokens>(sink, t, p, v);
+    decode_loaded_tile<S, kTokens, kWhole, kDeferred>(ct, t, li, p, v, poisoned_groups);
+    store_tile<S, kTokens, Sink<TOut, kAccumulate>, kWhole>(sink, t, p, v);
     ct = next;
     t = tn;
   }
@@ -293,22 +298,33 @@ struct DecodeArgs {
   cudaStream_t stream;
 };
 
+template <class TOut, int G, bool kTokens, bool kAccumulate, bool kWhole>
+void launch_decode_kernel(const DecodeArgs& a, const GroupParams& p, TOut* out) {
+  using S = DecodeShape<TOut, G, kTokens>;
+  int shared = 0;
+  if constexpr (!kTokens) {
+    if (p.vectorized) shared = DecodeRing<S, TOut>::kBlockBytes;
+  }
+  constexpr auto kernel = decode_groups_kernel<TOut, G, kTokens, kAccumulate, kWhole>;
+  allow_shared_memory<kernel>(shared);
+  const unsigned blocks =
+      wave_grid<kernel>(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, shared);
+  kernel<<<blocks, kThreads, shared, a.stream>>>(a.in, a.size, a.expect, out, p, a.status,
+                                                 a.nonfinite_groups);
+  TACO_LAUNCH_OK();
+}
+
 template <class TOut, int G, bool kTokens, bool kAccumulate>
 void launch_decode_groups(const DecodeArgs& a, TOut* out) {
   using S = DecodeShape<TOut, G, kTokens>;
   GroupParams p = a.p;
   set_tiles<S, G, kTokens>(p, detail::aligned16(out));
-  int shared = 0;
-  if constexpr (!kTokens) {
-    if (p.vectorized) shared = DecodeRing<S, TOut>::kBlockBytes;
+  if constexpr (!kTokens && sizeof(TOut) == 2) {  // bf16 outputs (see CodedTile's kDeferred)
+    if (p.whole_groups && p.vectorized) {
+      return launch_decode_kernel<TOut, G, kTokens, kAccumulate, true>(a, p, out);
+    }
   }
-  constexpr auto kernel = decode_groups_kernel<TOut, G, kTokens, kAccumulate>;
-  allow_shared_memory<kernel>(shared);
-  const unsigned blocks =
-      wave_grid<kernel>(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, shared);
-  decode_groups_kernel<TOut, G, kTokens, kAccumulate><<<blocks, kThreads, shared, a.stream>>>(
-      a.in, a.size, a.expect, out, p, a.status, a.nonfinite_groups);
-  TACO_LAUNCH_OK();
+  launch_decode_kernel<TOut, G, kTokens, kAccumulate, false>(a, p, out);
 }
 
 template <class TOut, bool kTokens, bool kAccumulate>
