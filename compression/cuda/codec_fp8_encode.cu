@@ -59,45 +59,46 @@ struct EncodeRing {
 // its warp's ring (cp.async), so that loads stay in flight while the warp computes without
 // holding them in registers (past the end, tile_at gives an empty tile: zeros). The warp's tiles
 // are t0, t0 + step, ... (kTilesPerWarp side by side). kWhole: p.whole_groups (no tail groups,
-// so that the tile arithmetic and the tests on n fold away).
-template <class T, class S, int G, bool kWhole>
+// so that the tile arithmetic and the tests on n fold away). The ring is addressed through 32-bit
+// shared addresses computed once (a generic pointer is converted at every cp.async).
+template <class T, class S, int G, bool kWhole, FixedOptions kFixed>
 __device__ __forceinline__ void encode_ring(const T* __restrict__ x, const GroupParams& p,
                                             int64_t t0, int64_t step, uint8_t* codes_out,
                                             uint8_t* scales, int64_t& poisoned_groups) {
   using Ring = EncodeRing<S>;
   constexpr int J = Ring::J, kStages = Ring::kStages, L = S::L, R = S::R;
+  constexpr uint32_t kStageBytes = Ring::kTileBytes, kRingBytes = kStages * kStageBytes;
   const int lane = threadIdx.x % 32, li = lane % L;
   extern __shared__ uint4 ring_shared[];
-  uint4* ring = ring_shared + (threadIdx.x / 32) * (kStages * J * 32) + lane;
-  auto fetch = [&](int64_t first_tile, int stage) {
+  // the shared address of this lane's slot in stage 0 of its warp's ring
+  const uint32_t ring = detail::smem_addr(ring_shared) + (threadIdx.x / 32) * kRingBytes + lane * 16;
+  auto fetch = [&](int64_t first_tile, uint32_t stage_offset) {
     const TileRef f = tile_at<S, G, false, kWhole>(first_tile + lane / L, li, p);
+    // kWhole: one base for the J runs (x itself past the end: the message holds a whole group)
+    const T* base = !kWhole || f.n > 0 ? x + f.base : x;
 #pragma unroll
     for (int j = 0; j < J; ++j) {
-      const T* src = x + f.base + S::offset(j * S::V);
-      if constexpr (kWhole) {  // past the end (base 0) src is inside the message, and not read
-        cp_async<16>(ring + (stage * J + j) * 32, src, f.n > 0);
-      } else {
-        const bool valid = f.r0 + S::offset(j * S::V) < f.n;
-        cp_async<16>(ring + (stage * J + j) * 32, valid ? src : x, valid);
-      }
+      const bool valid = kWhole ? f.n > 0 : f.r0 + S::offset(j * S::V) < f.n;
+      cp_async<16>(ring + stage_offset + j * 32 * 16, valid ? base + S::offset(j * S::V) : x,
+                   valid);
     }
     cp_async_commit();
   };
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) fetch(t0 + s * step, s);
-  int stage = 0;
+  for (int s = 0; s < kStages - 1; ++s) fetch(t0 + s * step, s * kStageBytes);
+  uint32_t read = 0;  // the offset of the stage read
   for (; t0 < p.tiles; t0 += step) {
     const TileRef t = tile_at<S, G, false, kWhole>(t0 + lane / L, li, p);
     cp_async_wait<kStages - 2>();  // this tile's copies are done
     RawRuns<T, S> raw;
 #pragma unroll
-    for (int j = 0; j < J; ++j) raw.w[j] = ring[(stage * J + j) * 32];
+    for (int j = 0; j < J; ++j) raw.w[j] = load_shared_16(ring + read + j * 32 * 16);
     // into the stage read (and computed on) in the previous iteration
-    fetch(t0 + (kStages - 1) * step, stage == 0 ? kStages - 1 : stage - 1);
-    stage = stage == kStages - 1 ? 0 : stage + 1;
+    fetch(t0 + (kStages - 1) * step, read == 0 ? kRingBytes - kStageBytes : read - kStageBytes);
+    read = read + kStageBytes == kRingBytes ? 0 : read + kStageBytes;
     float v[1][R];
     unpack_runs(raw, v[0]);
-    encode_tile<S, false, kWhole>(v, t, li, p, codes_out, scales, poisoned_groups);
+    encode_tile<S, false, kWhole, kFixed>(v, t, li, p, codes_out, scales, poisoned_groups);
   }
   cp_async_wait<0>();
 }
@@ -111,8 +112,10 @@ constexpr int encode_min_blocks() {
 }
 
 // kWhole: launched only where p.whole_groups and p.vectorized hold and the ring is built (its own
-// kernel, the ring loop alone, so that the general tile arithmetic costs it no registers).
-template <class T, int G, bool kTokens, bool kWhole>
+// kernel, the ring loop alone, so that the general tile arithmetic costs it no registers), in
+// three variants: taco's and fp8_block's default options fixed at compile time (kFixed), or the
+// message's.
+template <class T, int G, bool kTokens, bool kWhole, FixedOptions kFixed>
 __global__ void __launch_bounds__(kThreads, encode_min_blocks<G, kTokens>())
     encode_groups_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, GroupParams p,
                          HeaderParams hp, int64_t* nonfinite_groups) {
@@ -132,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, encode_min_blocks<G, kTokens>())
     using Ring = EncodeRing<S>;
     if constexpr (Ring::kStages > 0) {
       if (kWhole || p.vectorized) {  // kWhole: what follows is dead code
-        encode_ring<T, S, G, kWhole>(x, p, warp * S::kTilesPerWarp, step, codes_out, scales,
+        encode_ring<T, S, G, kWhole, kFixed>(x, p, warp * S::kTilesPerWarp, step, codes_out, scales,
                                      poisoned_groups);
         add_count(nonfinite_groups, poisoned_groups);
         return;
@@ -302,11 +305,12 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   }
 }
 
-template <class T, int G, bool kTokens, bool kWhole>
+template <class T, int G, bool kTokens, bool kWhole,
+          FixedOptions kFixed = FixedOptions::none>
 void launch_encode_kernel(const T* x, uint8_t* out, const GroupParams& p, const HeaderParams& hp,
                           int64_t* nonfinite_groups, cudaStream_t stream) {
   using S = TileShape<int(sizeof(T)), G, kTokens>;
-  constexpr auto kernel = encode_groups_kernel<T, G, kTokens, kWhole>;
+  constexpr auto kernel = encode_groups_kernel<T, G, kTokens, kWhole, kFixed>;
   int shared = 0;
   if constexpr (!kTokens) {
     if (p.vectorized) shared = EncodeRing<S>::kBlockBytes;
@@ -325,7 +329,17 @@ void launch_encode_groups(const T* x, uint8_t* out, GroupParams p, const HeaderP
   set_tiles<S, G, kTokens>(p, detail::aligned16(x));
   if constexpr (!kTokens) {
     if (p.whole_groups && p.vectorized && EncodeRing<S>::kStages > 0) {
-      return launch_encode_kernel<T, G, kTokens, true>(x, out, p, hp, nonfinite_groups, stream);
+      switch (fixed_options(p)) {
+        case FixedOptions::taco_defaults:
+          return launch_encode_kernel<T, G, kTokens, true, FixedOptions::taco_defaults>(
+              x, out, p, hp, nonfinite_groups, stream);
+        case FixedOptions::fp8_block_defaults:
+          return launch_encode_kernel<T, G, kTokens, true, FixedOptions::fp8_block_defaults>(
+              x, out, p, hp, nonfinite_groups, stream);
+        case FixedOptions::none:
+          return launch_encode_kernel<T, G, kTokens, true>(x, out, p, hp, nonfinite_groups,
+                                                           stream);
+      }
     }
   }
   launch_encode_kernel<T, G, kTokens, false>(x, out, p, hp, nonfinite_groups, stream);

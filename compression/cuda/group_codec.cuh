@@ -61,6 +61,40 @@ inline GroupParams group_params(const Fp8DeviceMessage& m) {
   return p;
 }
 
+// Codec options a kernel can fix at compile time, so that the tests of them in every group fold
+// away: the defaults of taco (Hadamard, dual scales, E4M3) and of fp8_block (single scales,
+// E4M3); none: the message's options, from GroupParams.
+enum class FixedOptions : int { none, taco_defaults, fp8_block_defaults };
+
+struct CodecOptions {
+  bool hadamard;
+  Fp8Scales scales;
+  Fp8Format format;
+};
+
+template <FixedOptions kFixed>
+__host__ __device__ __forceinline__ CodecOptions codec_options(const GroupParams& p) {
+  if constexpr (kFixed == FixedOptions::taco_defaults) {
+    return {true, Fp8Scales::dual, Fp8Format::e4m3};
+  } else if constexpr (kFixed == FixedOptions::fp8_block_defaults) {
+    return {false, Fp8Scales::single, Fp8Format::e4m3};
+  } else {
+    return {p.hadamard, p.scales, p.format};
+  }
+}
+
+// The fixed options that match p's (none where neither default does).
+inline FixedOptions fixed_options(const GroupParams& p) {
+  const CodecOptions taco = codec_options<FixedOptions::taco_defaults>(p),
+                     block = codec_options<FixedOptions::fp8_block_defaults>(p);
+  auto same = [&p](const CodecOptions& o) {
+    return p.hadamard == o.hadamard && p.scales == o.scales && p.format == o.format;
+  };
+  return same(taco) ? FixedOptions::taco_defaults
+         : same(block) ? FixedOptions::fp8_block_defaults
+                       : FixedOptions::none;
+}
+
 // Fills the tile counts of `p` for tile shape S (p.tiles must be 0 or 1, as group_params left
 // it); `aligned`: the launch's value pointer is 16-byte aligned.
 template <class S, int G, bool kTokens>
@@ -225,13 +259,16 @@ __device__ __forceinline__ void quantize_column(const float (&v)[S::R], const Qu
 
 // Quantizes the tile's values v (elements outside the group are zero) into the codes and scales
 // of a message, counting poisoned groups (a non-finite value) into `poisoned_groups`. kWhole: t
-// comes from tile_at<..., kWhole = true> (n is G or, past the last tile, 0, with zeros in v).
-template <class S, bool kTokens, bool kWhole = false>
+// comes from tile_at<..., kWhole = true> (n is G or, past the last tile, 0, with zeros in v) and
+// p.vectorized holds. kFixed: options fixed at compile time (codec_options).
+template <class S, bool kTokens, bool kWhole = false, FixedOptions kFixed = FixedOptions::none>
 __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRef& t, int li,
                                             const GroupParams& p, uint8_t* codes_out,
                                             uint8_t* scales, int64_t& poisoned_groups) {
   constexpr int R = S::R, L = S::L, K = S::K, C = S::C, kRun = S::kRun;
-  const bool e8m0 = p.scales == Fp8Scales::e8m0;
+  static_assert(L >= 2, "a group's scale entries are stored by its lanes 0 and 1");
+  const CodecOptions o = codec_options<kFixed>(p);
+  const bool e8m0 = o.scales == Fp8Scales::e8m0;
   // Every group full (the transform on a past-the-end tile's zeros gives zeros, not stored).
   const bool full = kWhole || t.full;
   uint32_t packed[R * C / 4];  // codes: tokens [r][c], hidden [r]
@@ -245,7 +282,7 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
     float a = 1.f, ss = 0.f, m = 0.f;
     int ea = 0;
     bool finite;
-    if (p.hadamard) {
+    if (o.hadamard) {
       float sq[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) sq[r] = __fmul_rn(v[c][r], v[c][r]);
@@ -263,7 +300,7 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
     }
 
     Quantizer qz;
-    if (p.hadamard) {
+    if (o.hadamard) {
       // a is normal, in [1e-3, 1e3] (for a finite group): floor(log2 a) is its exponent field
       a = adaptive_scale(ss, kWhole ? R * L : t.n > 0 ? t.n : 1, p.target);
       if (e8m0) {
@@ -287,36 +324,38 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
         hadamard<R, L, K>(v[c], li, t.full);
       }
       const float cy = __fmul_rn(a_e, full ? p.hadamard_scale : 1.f);
-      qz = make_taco_quantizer(group_max<L>(lane_max_abs<false>(v[c])), cy, ea, p.scales, p.target,
+      qz = make_taco_quantizer(group_max<L>(lane_max_abs<false>(v[c])), cy, ea, o.scales, p.target,
                                p.rtarget);
     } else {
-      qz = make_quantizer(m, ea, p.scales, p.target, p.rtarget);
+      qz = make_quantizer(m, ea, o.scales, p.target, p.rtarget);
     }
     if (bad == 0) {
-      if (p.format == Fp8Format::e4m3) {
+      if (o.format == Fp8Format::e4m3) {
         quantize_column<S, kTokens, Fp8Format::e4m3>(v[c], qz, c, packed);
       } else {
         quantize_column<S, kTokens, Fp8Format::e5m2>(v[c], qz, c, packed);
       }
     }
 
-    if (li == 0 && t.n > 0 && (kWhole || c < t.columns)) {
+    // The group's scale entries (NaN, or 0xFF in e8m0, for a poisoned group). kWhole: one store
+    // per lane, lane 0 the first entry (q, s or the e8m0 byte) and lane 1 a (dual), instead of a
+    // branch of lane 0 alone (in the general kernels that costs registers: ptxas spills there).
+    if (t.n > 0 && (kWhole || c < t.columns)) {
       const int64_t g = t.first_group + c;
-      if (bad != 0) {
-        ++poisoned_groups;
-        if (e8m0) {
-          scales[g] = kPoisonedE8m0;
-        } else {
-          put_f32(scales + 4 * g, quiet_nan());
-          if (p.scales == Fp8Scales::dual) put_f32(scales + 4 * (p.num_groups + g), quiet_nan());
-        }
-      } else if (e8m0) {
-        scales[g] = uint8_t(qz.k + 127);
-      } else if (p.scales == Fp8Scales::dual) {
-        put_f32(scales + 4 * g, qz.q);
-        put_f32(scales + 4 * (p.num_groups + g), a);
-      } else {
-        put_f32(scales + 4 * g, __fdiv_rn(qz.q, a));
+      const bool dual = o.scales == Fp8Scales::dual;
+      if (li == 0 && bad != 0) ++poisoned_groups;
+      if (e8m0) {
+        if (li == 0) scales[g] = bad != 0 ? kPoisonedE8m0 : uint8_t(qz.k + 127);
+      } else if (kWhole && (li == 0 || (dual && li == 1))) {
+        const float entry = bad != 0 ? quiet_nan()
+                            : li == 1 ? a
+                            : dual    ? qz.q
+                                      : __fdiv_rn(qz.q, a);
+        put_f32(scales + 4 * (li == 1 ? p.num_groups + g : g), entry);
+      } else if (!kWhole && li == 0) {
+        const float first = bad != 0 ? quiet_nan() : dual ? qz.q : __fdiv_rn(qz.q, a);
+        put_f32(scales + 4 * g, first);
+        if (dual) put_f32(scales + 4 * (p.num_groups + g), bad != 0 ? quiet_nan() : a);
       }
     }
   }
@@ -339,7 +378,7 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
   } else {
 #pragma unroll
     for (int k = 0; k < R; k += kRun) {
-      if (p.vectorized) {
+      if (kWhole || p.vectorized) {
         if (kWhole ? t.n > 0 : t.r0 + S::offset(k) < t.n)
           store_bytes<kRun>(codes_out + t.base + S::offset(k), &packed[k / 4]);
       } else {

@@ -125,16 +125,25 @@ struct TileRef {
   bool full;            // n == G: the Hadamard transform applies
 };
 
-// The tile at index `tile` for lane li of its group (past the last tile: n = 0). kWhole: the
-// caller knows p.whole_groups, so that n = G and full are constants for the compiler.
+// The tile at index `tile` for lane li of its group (past the last tile: n = 0, and base 0
+// except with kWhole, where base is past the message and must not be read). kWhole: the caller
+// knows p.whole_groups, so that n is G or 0 and full is a constant for the compiler.
 template <class S, int G, bool kTokens, bool kWhole = false>
 __device__ __forceinline__ TileRef tile_at(int64_t tile, int li, const GroupParams& p) {
   static_assert(!kWhole || !kTokens, "whole groups are an along-hidden layout");
   constexpr int C = S::C;
   TileRef t{0, 1, 0, 0, 0, li * S::K, false};
+  if constexpr (kWhole) {  // as below, without the branch: past the end only n is 0
+    t.n = tile < p.tiles ? G : 0;
+    t.columns = 1;
+    t.base = tile * G + t.r0;
+    t.first_group = tile;
+    t.full = true;
+    return t;
+  }
   if (tile >= p.tiles) return t;
   if constexpr (!kTokens) {
-    if (kWhole || p.whole_groups) {  // every group full, rows back to back: no division
+    if (p.whole_groups) {  // every group full, rows back to back: no division
       t.n = G;
       t.columns = 1;
       t.base = tile * G + t.r0;
@@ -258,5 +267,6 @@ __device__ __forceinline__ float get_f32(const uint8_t* p) {
 using detail::cp_async;  // kernels/cuda/cp_async.cuh
 using detail::cp_async_commit;
 using detail::cp_async_wait;
+using detail::load_shared_16;
 
 }  // namespace taco::cuda::codec

@@ -12,21 +12,37 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// N bytes (4, 8 or 16) from global to shared memory without passing through registers; with
+// N bytes (4, 8 or 16) from global to shared memory (at 32-bit shared address smem) without passing through registers; with
 // valid false nothing is read and the N bytes are zero-filled. 16-byte copies go through L2
 // only. A thread that reads back only what it copied itself needs no barrier, only the wait.
 template <int N>
-__device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool valid) {
+__device__ __forceinline__ void cp_async(uint32_t smem, const void* gmem, bool valid) {
   static_assert(N == 4 || N == 8 || N == 16, "cp.async copies 4, 8 or 16 bytes");
   if constexpr (N == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
-                 "l"(gmem), "r"(valid ? 16 : 0)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
+                 "r"(valid ? 16 : 0)
                  : "memory");
   } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(smem)),
-                 "l"(gmem), "n"(N), "r"(valid ? N : 0)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem), "l"(gmem), "n"(N),
+                 "r"(valid ? N : 0)
                  : "memory");
   }
+}
+
+// The same with a generic pointer to shared memory (converted at each call: a loop that copies
+// into the same buffer again and again can hold the 32-bit address from smem_addr instead).
+template <int N>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool valid) {
+  cp_async<N>(smem_addr(smem), gmem, valid);
+}
+
+// 16 bytes from shared memory at 32-bit address smem (volatile: not moved across the waits).
+__device__ __forceinline__ uint4 load_shared_16(uint32_t smem) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(smem));
+  return v;
 }
 
 __device__ __forceinline__ void cp_async_commit() {
