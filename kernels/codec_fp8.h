@@ -49,8 +49,9 @@
 // An all-zero group stores q = 0 (e8m0: k = 0) and decodes to zeros. A group holding a NaN or
 // Inf is poisoned: codes 0, scales NaN (e8m0: byte 0xFF), and it decodes to NaN everywhere, so a
 // non-finite input is never silently zeroed; encode and decode count such groups.
-// tree_sum over n values: pad with zeros to P = next power of two >= n, then
-//   for (h = P / 2; h >= 1; h /= 2) v[i] += v[i + h] for i < h;  result v[0].
+// tree_sum over n values: pad with zeros to P = next power of two >= n, then adjacent partial
+// sums first: for (h = 1; h < P; h *= 2) v[i] += v[i + h] for i a multiple of 2h;  result v[0].
+// (This order keeps most of a device lane's additions in its registers, compression/cuda.)
 //
 // Scale section (little endian, one entry per group, groups numbered row-block-major: along
 // hidden g = row * ceil(cols/G) + j; along tokens g = row_block * cols + col):

@@ -139,8 +139,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<TOut, kTokens>())
   const uint8_t* codes_in = in + wire::kHeaderBytes;
   const uint8_t* scales = in + p.scales_offset;
   int64_t poisoned_groups = 0;
-  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
+  const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);  // launched with kThreads
 
   const int64_t step = warps * S::kTilesPerWarp;
   if constexpr (!kTokens) {

@@ -74,13 +74,14 @@ __device__ __forceinline__ void encode_ring(const T* __restrict__ x, const Group
   const uint32_t ring = detail::smem_addr(ring_shared) + (threadIdx.x / 32) * kRingBytes + lane * 16;
   auto fetch = [&](int64_t first_tile, uint32_t stage_offset) {
     const TileRef f = tile_at<S, G, false, kWhole>(first_tile + lane / L, li, p);
-    // kWhole: one base for the J runs (x itself past the end: the message holds a whole group)
+    // kWhole: one base for the J runs (x itself past the end: the message holds a whole group,
+    // so x + offset is inside it too)
     const T* base = !kWhole || f.n > 0 ? x + f.base : x;
 #pragma unroll
     for (int j = 0; j < J; ++j) {
       const bool valid = kWhole ? f.n > 0 : f.r0 + S::offset(j * S::V) < f.n;
-      cp_async<16>(ring + stage_offset + j * 32 * 16, valid ? base + S::offset(j * S::V) : x,
-                   valid);
+      const T* src = base + S::offset(j * S::V);
+      cp_async<16>(ring + stage_offset + j * 32 * 16, kWhole || valid ? src : x, valid);
     }
     cp_async_commit();
   };
@@ -127,8 +128,8 @@ __global__ void __launch_bounds__(kThreads, encode_min_blocks<G, kTokens>())
   uint8_t* codes_out = out + wire::kHeaderBytes;
   uint8_t* scales = out + p.scales_offset;
   int64_t poisoned_groups = 0;
-  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
+  const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);  // launched with kThreads
 
   const int64_t step = warps * S::kTilesPerWarp;
   if constexpr (!kTokens) {

@@ -25,8 +25,8 @@ __global__ void __launch_bounds__(kThreads)
   write_header_and_padding(out, hp);
   const int lane = threadIdx.x % 32, li = lane % L;
   int64_t poisoned_in = 0, poisoned_out = 0;  // out: counted when the sum is decoded
-  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
+  const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);  // launched with kThreads
 
   for (int64_t t0 = warp * S::kTilesPerWarp; t0 < p.tiles; t0 += warps * S::kTilesPerWarp) {
     const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);

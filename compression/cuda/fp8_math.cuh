@@ -223,32 +223,34 @@ __device__ __forceinline__ Quantizer make_taco_quantizer(float mu, float c, int 
 
 // --- lane-group reductions (L lanes, aligned to multiples of L within the warp) -------------
 
-// Sum of squares in the CPU's tree order over the group (padding beyond n is zero, which leaves
-// the tree's result unchanged: x + 0 = x exactly for x >= +0). sq[r] holds the element of
-// register r. Stages h = G/2 .. L*K pair registers r and r + h / L (the high bits), then
-// h = L*K/2 .. K cross lanes on the K registers of the first run, then h = K/2 .. 1 pair
-// registers again. Every lane of the group ends with the same bits (each cross-lane butterfly
-// adds the same two operands on both sides, and fp32 addition commutes).
-// sq[r] += sq[r + s] for r < s, for s = From, From / 2, ..., To (constants, so the registers
-// stay registers).
+// Sum of squares in the CPU's tree order, adjacent partial sums first (kernels/codec_fp8.h),
+// over the group (padding beyond n is zero, which leaves the tree's result unchanged: x + 0 = x
+// exactly for x >= +0). sq[r] holds the element of register r. Stages h = 1 .. K/2 pair
+// registers within each run of K, h = K .. L*K/2 cross lanes on the runs' J = R / K partial sums,
+// and h = L*K .. G/2 pair those sums in registers. Every lane of the group ends with the same bits
+// (each cross-lane butterfly adds the same two operands on both sides, and fp32 addition
+// commutes). Cheaper than the other order in every layout: the cross-lane stages see one value
+// per run, not K.
+// sq[r] += sq[r + s] for r a multiple of 2s, for s = From, 2 * From, ... below To (constants, so
+// the registers stay registers).
 template <int From, int To, int R>
-__device__ __forceinline__ void tree_stages(float (&sq)[R]) {
-  if constexpr (From >= To && From >= 1) {
+__device__ __forceinline__ void pair_stages(float (&sq)[R]) {
+  if constexpr (From < To) {
 #pragma unroll
-    for (int r = 0; r < From; ++r) sq[r] = __fadd_rn(sq[r], sq[r + From]);
-    tree_stages<From / 2, To>(sq);
+    for (int r = 0; r < R; r += 2 * From) sq[r] = __fadd_rn(sq[r], sq[r + From]);
+    pair_stages<2 * From, To>(sq);
   }
 }
 
 template <int R, int L, int K>
 __device__ __forceinline__ float tree_sum(float (&sq)[R]) {
-  tree_stages<R / 2, K>(sq);
+  pair_stages<1, K>(sq);
 #pragma unroll
-  for (int m = L / 2; m >= 1; m /= 2) {
+  for (int m = 1; m < L; m *= 2) {
 #pragma unroll
-    for (int r = 0; r < K; ++r) sq[r] = __fadd_rn(sq[r], __shfl_xor_sync(kFullMask, sq[r], m));
+    for (int r = 0; r < R; r += K) sq[r] = __fadd_rn(sq[r], __shfl_xor_sync(kFullMask, sq[r], m));
   }
-  tree_stages<K / 2, 1>(sq);
+  pair_stages<K, R>(sq);
   return sq[0];
 }
 

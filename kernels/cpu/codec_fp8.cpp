@@ -62,13 +62,14 @@ GroupRef group_at(const Fp8GroupSpec& s, int64_t g) {
   return {rb * s.group * s.cols + c, s.cols, int(std::min(s.group, s.rows - rb * s.group))};
 }
 
-// tree_sum(x^2) over n values; sq is scratch of next_pow2(n).
+// tree_sum(x^2) over n values (adjacent partial sums first, kernels/codec_fp8.h); sq is scratch
+// of next_pow2(n). Each stage packs its sums to the front: sq[i] = sq[2i] + sq[2i + 1].
 float sum_of_squares(const float* v, int n, float* sq) {
   const int p = int(next_pow2(n));
   for (int i = 0; i < n; ++i) sq[i] = v[i] * v[i];
   for (int i = n; i < p; ++i) sq[i] = 0.f;
-  for (int h = p / 2; h >= 1; h /= 2) {
-    for (int i = 0; i < h; ++i) sq[i] += sq[i + h];
+  for (int len = p; len > 1; len /= 2) {
+    for (int i = 0; i < len / 2; ++i) sq[i] = sq[2 * i] + sq[2 * i + 1];
   }
   return sq[0];
 }
