@@ -125,8 +125,10 @@ constexpr int decode_min_blocks() {
 }
 
 // kWhole: launched only for bf16 outputs along hidden where p.whole_groups and p.vectorized hold
-// (see tile_at and load_coded_tile).
-template <class TOut, int G, bool kTokens, bool kAccumulate, bool kWhole>
+// (see tile_at and load_coded_tile), with taco's or fp8_block's default options fixed at compile
+// time or the message's (kFixed, see codec_options).
+template <class TOut, int G, bool kTokens, bool kAccumulate, bool kWhole,
+          FixedOptions kFixed = FixedOptions::none>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks<TOut, kTokens>())
     decode_groups_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
                          TOut* __restrict__ out, GroupParams p, uint32_t* status,
@@ -217,14 +219,14 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<TOut, kTokens>())
   int64_t t0 = warp * S::kTilesPerWarp;
   TileRef t = tile_at<S, G, kTokens, kWhole>(t0 + lane / L, li, p);
   CodedTile<S, kDeferred> ct;
-  load_coded_tile<S, kTokens, kWhole, kDeferred>(codes_in, scales, t, p, ct);
+  load_coded_tile<S, kTokens, kWhole, kDeferred, kFixed>(codes_in, scales, t, p, ct);
   for (; t0 < p.tiles; t0 += step) {
     const TileRef tn = tile_at<S, G, kTokens, kWhole>(t0 + step + lane / L, li, p);
     CodedTile<S, kDeferred> next;
-    load_coded_tile<S, kTokens, kWhole, kDeferred>(codes_in, scales, tn, p, next);
+    load_coded_tile<S, kTokens, kWhole, kDeferred, kFixed>(codes_in, scales, tn, p, next);
 
     float v[C][R];
-    decode_loaded_tile<S, kTokens, kWhole, kDeferred>(ct, t, li, p, v, poisoned_groups);
+    decode_loaded_tile<S, kTokens, kWhole, kDeferred, kFixed>(ct, t, li, p, v, poisoned_groups);
     store_tile<S, kTokens, Sink<TOut, kAccumulate>, kWhole>(sink, t, p, v);
     ct = next;
     t = tn;
@@ -298,14 +300,15 @@ struct DecodeArgs {
   cudaStream_t stream;
 };
 
-template <class TOut, int G, bool kTokens, bool kAccumulate, bool kWhole>
+template <class TOut, int G, bool kTokens, bool kAccumulate, bool kWhole,
+          FixedOptions kFixed = FixedOptions::none>
 void launch_decode_kernel(const DecodeArgs& a, const GroupParams& p, TOut* out) {
   using S = DecodeShape<TOut, G, kTokens>;
   int shared = 0;
   if constexpr (!kTokens) {
     if (p.vectorized) shared = DecodeRing<S, TOut>::kBlockBytes;
   }
-  constexpr auto kernel = decode_groups_kernel<TOut, G, kTokens, kAccumulate, kWhole>;
+  constexpr auto kernel = decode_groups_kernel<TOut, G, kTokens, kAccumulate, kWhole, kFixed>;
   allow_shared_memory<kernel>(shared);
   const unsigned blocks =
       wave_grid<kernel>(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, shared);
@@ -321,7 +324,16 @@ void launch_decode_groups(const DecodeArgs& a, TOut* out) {
   set_tiles<S, G, kTokens>(p, detail::aligned16(out));
   if constexpr (!kTokens && sizeof(TOut) == 2) {  // bf16 outputs (see CodedTile's kDeferred)
     if (p.whole_groups && p.vectorized) {
-      return launch_decode_kernel<TOut, G, kTokens, kAccumulate, true>(a, p, out);
+      switch (fixed_options(p)) {
+        case FixedOptions::taco_defaults:
+          return launch_decode_kernel<TOut, G, kTokens, kAccumulate, true,
+                                      FixedOptions::taco_defaults>(a, p, out);
+        case FixedOptions::fp8_block_defaults:
+          return launch_decode_kernel<TOut, G, kTokens, kAccumulate, true,
+                                      FixedOptions::fp8_block_defaults>(a, p, out);
+        case FixedOptions::none:
+          return launch_decode_kernel<TOut, G, kTokens, kAccumulate, true>(a, p, out);
+      }
     }
   }
   launch_decode_kernel<TOut, G, kTokens, kAccumulate, false>(a, p, out);

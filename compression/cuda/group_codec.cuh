@@ -433,11 +433,13 @@ struct CodedTile {
 
 // kWhole: t is from tile_at<..., kWhole = true> and p.vectorized holds (whole groups: a lane
 // reads all of its runs or, past the last tile, none).
-template <class S, bool kTokens, bool kWhole = false, bool kDeferred = false>
+template <class S, bool kTokens, bool kWhole = false, bool kDeferred = false,
+          FixedOptions kFixed = FixedOptions::none>
 __device__ __forceinline__ void load_coded_tile(const uint8_t* codes_in, const uint8_t* scales,
                                                 const TileRef& t, const GroupParams& p,
                                                 CodedTile<S, kDeferred>& ct) {
   constexpr int R = S::R, C = S::C, kRun = S::kRun;
+  const Fp8Scales mode = codec_options<kFixed>(p).scales;
   uint32_t* packed = ct.packed;
 #pragma unroll
   for (int w = 0; w < R * C / 4; ++w) packed[w] = 0;
@@ -473,14 +475,14 @@ __device__ __forceinline__ void load_coded_tile(const uint8_t* codes_in, const u
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     if constexpr (kDeferred) {
-      ct.scale[c] = unit_scale(p.scales);
+      ct.scale[c] = unit_scale(mode);
       if (t.n > 0 && c < t.columns) {
-        ct.scale[c] = load_scale(scales, t.first_group + c, p.num_groups, p.scales);
+        ct.scale[c] = load_scale(scales, t.first_group + c, p.num_groups, mode);
       }
     } else {
       ct.scale[c] = DecodeScale{1.f, 1.f, false};
       if (t.n > 0 && c < t.columns) {
-        ct.scale[c] = read_scale(scales, t.first_group + c, p.num_groups, p.scales);
+        ct.scale[c] = read_scale(scales, t.first_group + c, p.num_groups, mode);
       }
     }
   }
@@ -488,23 +490,25 @@ __device__ __forceinline__ void load_coded_tile(const uint8_t* codes_in, const u
 
 // The values of a loaded tile's groups (elements outside the group: zero, or NaN in a poisoned
 // group), counting the groups decoded as NaN into `poisoned_groups`.
-template <class S, bool kTokens, bool kWhole = false, bool kDeferred = false>
+template <class S, bool kTokens, bool kWhole = false, bool kDeferred = false,
+          FixedOptions kFixed = FixedOptions::none>
 __device__ __forceinline__ void decode_loaded_tile(const CodedTile<S, kDeferred>& ct,
                                                    const TileRef& t, int li, const GroupParams& p,
                                                    float (&v)[S::C][S::R],
                                                    int64_t& poisoned_groups) {
   constexpr int R = S::R, L = S::L, K = S::K, C = S::C;
+  const CodecOptions o = codec_options<kFixed>(p);
   const uint32_t* packed = ct.packed;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     DecodeScale d;
     if constexpr (kDeferred) {
-      d = decode_scale(ct.scale[c], p.scales);
+      d = decode_scale(ct.scale[c], o.scales);
     } else {
       d = ct.scale[c];
     }
-    if (p.hadamard) {  // butterflies of the FP8 values, then one multiply (kernels/codec_fp8.h)
-      if (p.format == Fp8Format::e4m3) {
+    if (o.hadamard) {  // butterflies of the FP8 values, then one multiply (kernels/codec_fp8.h)
+      if (o.format == Fp8Format::e4m3) {
         column_values<S, kTokens, Fp8Format::e4m3, false>(packed, c, 1.f, v[c]);
       } else {
         column_values<S, kTokens, Fp8Format::e5m2, false>(packed, c, 1.f, v[c]);
@@ -515,7 +519,7 @@ __device__ __forceinline__ void decode_loaded_tile(const CodedTile<S, kDeferred>
         hadamard<R, L, K>(v[c], li, t.full);
       }
       const float h = kWhole || t.full ? p.hadamard_scale : 1.f;
-      const bool dual = p.scales == Fp8Scales::dual;
+      const bool dual = o.scales == Fp8Scales::dual;
       const float mul = dual ? __fmul_rn(d.mul, __fdiv_rn(h, d.a)) : __fmul_rn(d.mul, h);
       if (!tiny_factor(mul, d.mul)) {
 #pragma unroll
@@ -528,16 +532,16 @@ __device__ __forceinline__ void decode_loaded_tile(const CodedTile<S, kDeferred>
         }
       }
     } else {
-      if (p.format == Fp8Format::e4m3) {
+      if (o.format == Fp8Format::e4m3) {
         column_values<S, kTokens, Fp8Format::e4m3>(packed, c, d.mul, v[c]);
       } else {
         column_values<S, kTokens, Fp8Format::e5m2>(packed, c, d.mul, v[c]);
       }
     }
-    if (!p.hadamard && p.scales == Fp8Scales::dual) {
+    if (!o.hadamard && o.scales == Fp8Scales::dual) {
       // div_by within its bounds (div_by.h); e5m2 has infinite codes, which div_by would
       // turn into NaN.
-      if (p.format == Fp8Format::e4m3 && d.a > 0.f &&
+      if (o.format == Fp8Format::e4m3 && d.a > 0.f &&
           magnitude_within<kDecodeAMinExp, kDecodeAMaxExp>(d.a) &&
           magnitude_within<kDecodeQMinExp, kDecodeQMaxExp>(d.mul)) {
         const float ra = __frcp_rn(d.a);
