@@ -69,11 +69,11 @@ for part in "${parts[@]}"; do
     tail -30 "$OUT/comm-1gpu.log"
     ;;
   sass)
-    # Static counts over the whole kernel (every path), a first look at where instructions go.
+    # Static counts over the whole kernel (every path) of taco's default-options variant.
     obj=$(find $B -name codec_fp8_encode.cu.o | head -1)
     cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
     "$cuobjdump" -sass "$obj" |
-      awk '/Function :/ { p = ($0 ~ /encode_groups_kernelItLi128ELb0ELb1/) } p' > "$OUT/encode-g128.sass"
+      awk '/Function :/ { p = ($0 ~ /encode_groups_kernelItLi128ELb0ELb1ELNS1_12FixedOptionsE1/) } p' > "$OUT/encode-g128.sass"
     grep -oE '^ +/\*[0-9a-f]+\*/ +(@!?U?P[0-9T] +)?[A-Z0-9_.]+' "$OUT/encode-g128.sass" |
       awk '{ print $NF }' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -30
     ;;
