@@ -71,7 +71,8 @@ __device__ __forceinline__ void encode_ring(const T* __restrict__ x, const Group
   const int lane = threadIdx.x % 32, li = lane % L;
   extern __shared__ uint4 ring_shared[];
   // the shared address of this lane's slot in stage 0 of its warp's ring
-  const uint32_t ring = detail::smem_addr(ring_shared) + (threadIdx.x / 32) * kRingBytes + lane * 16;
+  const uint32_t ring =
+      detail::smem_addr(ring_shared) + (threadIdx.x / 32) * kRingBytes + lane * 16;
   auto fetch = [&](int64_t first_tile, uint32_t stage_offset) {
     const TileRef f = tile_at<S, G, false, kWhole>(first_tile + lane / L, li, p);
     // kWhole: one base for the J runs (x itself past the end: the message holds a whole group,
@@ -137,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, encode_min_blocks<G, kTokens>())
     if constexpr (Ring::kStages > 0) {
       if (kWhole || p.vectorized) {  // kWhole: what follows is dead code
         encode_ring<T, S, G, kWhole, kFixed>(x, p, warp * S::kTilesPerWarp, step, codes_out, scales,
-                                     poisoned_groups);
+                                             poisoned_groups);
         add_count(nonfinite_groups, poisoned_groups);
         return;
       }
@@ -306,8 +307,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   }
 }
 
-template <class T, int G, bool kTokens, bool kWhole,
-          FixedOptions kFixed = FixedOptions::none>
+template <class T, int G, bool kTokens, bool kWhole, FixedOptions kFixed = FixedOptions::none>
 void launch_encode_kernel(const T* x, uint8_t* out, const GroupParams& p, const HeaderParams& hp,
                           int64_t* nonfinite_groups, cudaStream_t stream) {
   using S = TileShape<int(sizeof(T)), G, kTokens>;
@@ -338,8 +338,7 @@ void launch_encode_groups(const T* x, uint8_t* out, GroupParams p, const HeaderP
           return launch_encode_kernel<T, G, kTokens, true, FixedOptions::fp8_block_defaults>(
               x, out, p, hp, nonfinite_groups, stream);
         case FixedOptions::none:
-          return launch_encode_kernel<T, G, kTokens, true>(x, out, p, hp, nonfinite_groups,
-                                                           stream);
+          return launch_encode_kernel<T, G, kTokens, true>(x, out, p, hp, nonfinite_groups, stream);
       }
     }
   }

@@ -90,7 +90,7 @@ inline FixedOptions fixed_options(const GroupParams& p) {
   auto same = [&p](const CodecOptions& o) {
     return p.hadamard == o.hadamard && p.scales == o.scales && p.format == o.format;
   };
-  return same(taco) ? FixedOptions::taco_defaults
+  return same(taco)    ? FixedOptions::taco_defaults
          : same(block) ? FixedOptions::fp8_block_defaults
                        : FixedOptions::none;
 }
@@ -347,10 +347,7 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
       if (e8m0) {
         if (li == 0) scales[g] = bad != 0 ? kPoisonedE8m0 : uint8_t(qz.k + 127);
       } else if (kWhole && (li == 0 || (dual && li == 1))) {
-        const float entry = bad != 0 ? quiet_nan()
-                            : li == 1 ? a
-                            : dual    ? qz.q
-                                      : __fdiv_rn(qz.q, a);
+        const float entry = bad != 0 ? quiet_nan() : li == 1 ? a : dual ? qz.q : __fdiv_rn(qz.q, a);
         put_f32(scales + 4 * (li == 1 ? p.num_groups + g : g), entry);
       } else if (!kWhole && li == 0) {
         const float first = bad != 0 ? quiet_nan() : dual ? qz.q : __fdiv_rn(qz.q, a);

@@ -12,9 +12,10 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// N bytes (4, 8 or 16) from global to shared memory (at 32-bit shared address smem) without passing through registers; with
-// valid false nothing is read and the N bytes are zero-filled. 16-byte copies go through L2
-// only. A thread that reads back only what it copied itself needs no barrier, only the wait.
+// N bytes (4, 8 or 16) from global to shared memory (at 32-bit shared address smem) without passing
+// through registers; with valid false nothing is read and the N bytes are zero-filled. 16-byte
+// copies go through L2 only. A thread that reads back only what it copied itself needs no barrier,
+// only the wait.
 template <int N>
 __device__ __forceinline__ void cp_async(uint32_t smem, const void* gmem, bool valid) {
   static_assert(N == 4 || N == 8 || N == 16, "cp.async copies 4, 8 or 16 bytes");
