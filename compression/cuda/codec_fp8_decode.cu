@@ -324,16 +324,10 @@ void launch_decode_groups(const DecodeArgs& a, TOut* out) {
   set_tiles<S, G, kTokens>(p, detail::aligned16(out));
   if constexpr (!kTokens && sizeof(TOut) == 2) {  // bf16 outputs (see CodedTile's kDeferred)
     if (p.whole_groups && p.vectorized) {
-      switch (fixed_options(p)) {
-        case FixedOptions::taco_defaults:
-          return launch_decode_kernel<TOut, G, kTokens, kAccumulate, true,
-                                      FixedOptions::taco_defaults>(a, p, out);
-        case FixedOptions::fp8_block_defaults:
-          return launch_decode_kernel<TOut, G, kTokens, kAccumulate, true,
-                                      FixedOptions::fp8_block_defaults>(a, p, out);
-        case FixedOptions::none:
-          return launch_decode_kernel<TOut, G, kTokens, kAccumulate, true>(a, p, out);
-      }
+      return with_fixed_options(p, [&](auto fixed) {
+        launch_decode_kernel<TOut, G, kTokens, kAccumulate, true, decltype(fixed)::value>(a, p,
+                                                                                          out);
+      });
     }
   }
   launch_decode_kernel<TOut, G, kTokens, kAccumulate, false>(a, p, out);

@@ -330,16 +330,10 @@ void launch_encode_groups(const T* x, uint8_t* out, GroupParams p, const HeaderP
   set_tiles<S, G, kTokens>(p, detail::aligned16(x));
   if constexpr (!kTokens) {
     if (p.whole_groups && p.vectorized && EncodeRing<S>::kStages > 0) {
-      switch (fixed_options(p)) {
-        case FixedOptions::taco_defaults:
-          return launch_encode_kernel<T, G, kTokens, true, FixedOptions::taco_defaults>(
-              x, out, p, hp, nonfinite_groups, stream);
-        case FixedOptions::fp8_block_defaults:
-          return launch_encode_kernel<T, G, kTokens, true, FixedOptions::fp8_block_defaults>(
-              x, out, p, hp, nonfinite_groups, stream);
-        case FixedOptions::none:
-          return launch_encode_kernel<T, G, kTokens, true>(x, out, p, hp, nonfinite_groups, stream);
-      }
+      return with_fixed_options(p, [&](auto fixed) {
+        launch_encode_kernel<T, G, kTokens, true, decltype(fixed)::value>(x, out, p, hp,
+                                                                          nonfinite_groups, stream);
+      });
     }
   }
   launch_encode_kernel<T, G, kTokens, false>(x, out, p, hp, nonfinite_groups, stream);

@@ -95,6 +95,20 @@ inline FixedOptions fixed_options(const GroupParams& p) {
                        : FixedOptions::none;
 }
 
+// launch(std::integral_constant<FixedOptions, fixed_options(p)>{}): the launcher of a kernel
+// built in the three variants picks the one for p's options.
+template <class Launch>
+void with_fixed_options(const GroupParams& p, Launch&& launch) {
+  switch (fixed_options(p)) {
+    case FixedOptions::taco_defaults:
+      return launch(std::integral_constant<FixedOptions, FixedOptions::taco_defaults>{});
+    case FixedOptions::fp8_block_defaults:
+      return launch(std::integral_constant<FixedOptions, FixedOptions::fp8_block_defaults>{});
+    case FixedOptions::none:
+      return launch(std::integral_constant<FixedOptions, FixedOptions::none>{});
+  }
+}
+
 // Fills the tile counts of `p` for tile shape S (p.tiles must be 0 or 1, as group_params left
 // it); `aligned`: the launch's value pointer is 16-byte aligned.
 template <class S, int G, bool kTokens>
@@ -153,6 +167,9 @@ struct DecodeScale {
   bool poisoned;
 };
 
+// Group g's decode scales, loaded and decoded at once. (decode_scale(load_scale(...)) below is the
+// same arithmetic; built that way, the fp32 decode kernels that call this one allocate their
+// registers differently, with more spills at G = 512, so this form stays until that is measured.)
 __device__ __forceinline__ DecodeScale read_scale(const uint8_t* scales, int64_t g,
                                                   int64_t num_groups, Fp8Scales mode) {
   DecodeScale d{1.f, 1.f, false};
