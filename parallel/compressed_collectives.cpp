@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/check.h"
+#include "kernels/roundtrip_error.h"
 
 namespace taco {
 
@@ -44,13 +45,11 @@ void CompressedCollectives::check_dtype(DType dtype) {
 void CompressedCollectives::add_error(const void* x, DType dtype, int64_t offset, const float* xhat,
                                       int64_t n, CompressedCall& call) {
   call.measured = true;
-  for (int64_t i = 0; i < n; ++i) {
-    const double a = dtype == DType::f32 ? double(as_f32(x, offset)[i])
-                                         : double(bf16_to_float(as_bf16(x, offset)[i]));
-    const double d = double(xhat[i]) - a;
-    call.error_sq += d * d;
-    call.signal_sq += a * a;
-  }
+  double sums[3] = {0, 0, 0};
+  cpu::roundtrip_error_sums(static_cast<const uint8_t*>(x) + size_t(offset) * dtype_size(dtype),
+                            dtype, xhat, DType::f32, size_t(n), sums);
+  call.error_sq += sums[0];
+  call.signal_sq += sums[1];
 }
 
 void CompressedCollectives::require_even_rows(MessageShape full, int parts, const char* op,

@@ -32,8 +32,11 @@
 // synchronizing both; then it reads the wire status words (a rejected buffer throws the codec's
 // one-line UserError naming the site and rank, as the host decoder would) and the counters.
 //
-// CompressedCall differences from the host path: nonfinite_values (NaN/Inf in the input) is
-// counted only with `measure`, from the host copy of the input that the error measurement takes.
+// Measuring (`measure`): this rank's own encodings are decoded once more on the device and their
+// error against the input summed there (kernels/roundtrip_error.h), piece by piece right after
+// the encode; only three doubles reach the host. The figures are the host path's up to the order
+// of the double sums. CompressedCall differences from the host path: nonfinite_values (NaN/Inf in
+// the input) is counted only with `measure`, by that same kernel.
 //
 // Wire buffers, status words and counters are device memory owned by this object (grown as
 // needed; slots are multiples of 16 bytes). A build without CUDA has the class, and every call

@@ -81,8 +81,9 @@ class DevicePipeline {
   void run(int pieces, const std::vector<Stage>& stages);
   Counters finish();
 
-  // Wire buffers and scratch of the collectives, kept between calls.
-  DeviceBuffer send, recv, gather, scratch;
+  // Wire buffers and scratch of the collectives, kept between calls; `measure` holds a measured
+  // call's error sums and its own encodings decoded again.
+  DeviceBuffer send, recv, gather, scratch, measure;
 
  private:
   cudaEvent_t event(size_t i);

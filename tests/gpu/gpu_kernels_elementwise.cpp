@@ -8,13 +8,19 @@
 //     rounds the result to bf16 (2^-9 relative) and its tanhf may differ from the host's in the
 //     last fp32 bits. A wrong constant or derivative term gives errors of order 1e-1 or more.
 //   residual: bit-exact. The fp32 sum of two bf16 values is rounded once, as on the host.
+//   round-trip error sums (kernels/roundtrip_error.h): 1e-12 relative. Both sides square and add
+//     the same doubles, in another order; a skipped, doubled or misread element moves a sum by
+//     about 1/n ~ 1e-6 of it. The non-finite count is exact.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "kernels/gelu.h"
 #include "kernels/residual.h"
+#include "kernels/roundtrip_error.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/support/test_util.h"
 
@@ -120,6 +126,77 @@ TEST(CudaResidual, ForwardMayWriteOverItsSecondInput) {
 #else
 
 TEST(CudaGelu, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+
+TEST(CudaRoundTripError, SumsMatchCpuReferenceForEveryDtypePair) {
+  TACO_SKIP_WITHOUT_GPU();
+  for (size_t offset : {size_t(0), size_t(1)}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(test::describe("offset ", offset, " seed ", seed));
+    const size_t n = kLength - offset;
+    // x and a perturbed copy xhat, with a few non-finite inputs that the count must find.
+    std::vector<float> x = test::random_bf16_values(kLength, seed), xhat(kLength);
+    const auto noise = test::random_bf16_values(kLength, seed + 1, 0.f, 0.03f);
+    for (size_t i = 0; i < kLength; ++i) xhat[i] = x[i] + noise[i] * x[i];
+    x[17] = std::nanf("");
+    x[kLength / 2] = std::numeric_limits<float>::infinity();
+    x[kLength - 2] = -std::numeric_limits<float>::infinity();
+    const auto xb = to_bf16(x), yb = to_bf16(xhat);
+    const auto yb_float = to_float(yb);  // what the bf16 device copy holds
+    DeviceArray<float> d_xf(x), d_yf(xhat);
+    DeviceArray<bf16> d_xb(xb), d_yb(yb);
+    DeviceArray<double> d_sums(3);
+    struct Case {
+      const char* name;
+      const void* x;
+      DType xt;
+      const void* y;
+      DType yt;
+      const void* hx;
+      const void* hy;
+    };
+    const Case cases[] = {
+        {"f32/f32", d_xf.get(), DType::f32, d_yf.get(), DType::f32, x.data(), xhat.data()},
+        {"bf16/f32", d_xb.get(), DType::bf16, d_yf.get(), DType::f32, xb.data(), xhat.data()},
+        {"bf16/bf16", d_xb.get(), DType::bf16, d_yb.get(), DType::bf16, xb.data(), yb.data()},
+        {"f32/bf16", d_xf.get(), DType::f32, d_yb.get(), DType::bf16, x.data(), yb.data()},
+    };
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.name);
+      double want[3] = {0, 0, 0};
+      const size_t xs = dtype_size(c.xt), ys = dtype_size(c.yt);
+      cpu::roundtrip_error_sums(static_cast<const uint8_t*>(c.hx) + offset * xs, c.xt,
+                                static_cast<const uint8_t*>(c.hy) + offset * ys, c.yt, n, want);
+      EXPECT_EQ(want[2], 3.0);
+      d_sums.upload({0.0, 0.0, 0.0});
+      cuda::roundtrip_error_sums(d_sums.get(), static_cast<const uint8_t*>(c.x) + offset * xs, c.xt,
+                                 static_cast<const uint8_t*>(c.y) + offset * ys, c.yt, n, nullptr);
+      const auto got = d_sums.download();
+      EXPECT_EQ(got[2], want[2]);
+      // With non-finite inputs both sums are non-finite on both sides.
+      EXPECT_FALSE(std::isfinite(got[0]) || std::isfinite(got[1]));
+    }
+    // Finite inputs: the sums themselves, against the reference.
+    for (size_t i : {size_t(17), size_t(kLength / 2), size_t(kLength - 2)}) x[i] = 0.5f;
+    const auto xb2 = to_bf16(x);
+    d_xb.upload(xb2);
+    double want[3] = {0, 0, 0};
+    cpu::roundtrip_error_sums(xb2.data() + offset, DType::bf16, xhat.data() + offset, DType::f32, n,
+                              want);
+    d_sums.upload({0.0, 0.0, 0.0});
+    cuda::roundtrip_error_sums(d_sums.get(), d_xb.get() + offset, DType::bf16, d_yf.get() + offset,
+                               DType::f32, n, nullptr);
+    auto got = d_sums.download();
+    EXPECT_GT(want[0], 0.0);
+    EXPECT_NEAR(got[0], want[0], 1e-12 * want[0]);
+    EXPECT_NEAR(got[1], want[1], 1e-12 * want[1]);
+    EXPECT_EQ(got[2], 0.0);
+    // The sums add into what is there.
+    cuda::roundtrip_error_sums(d_sums.get(), d_xb.get() + offset, DType::bf16, d_yf.get() + offset,
+                               DType::f32, n, nullptr);
+    got = d_sums.download();
+    EXPECT_NEAR(got[0], 2 * want[0], 2e-12 * want[0]);
+  }
+}
 
 #endif
 
