@@ -79,17 +79,21 @@ inline const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::sum ? "s
 //               is 0 in a group of one;
 //   seconds:    host wall time inside the calls (for MPI this includes waiting for late
 //               peers; for NCCL only the enqueue, the backend documents what it measures).
+//   staging_seconds: of `seconds`, the host time a host-staged communicator spent on (or waiting
+//               for) device<->host copies; 0 for other backends.
 struct CommOpStats {
   int64_t calls = 0;
   int64_t bytes = 0;
   int64_t bytes_sent = 0;
   double seconds = 0;
+  double staging_seconds = 0;
 
   CommOpStats& operator+=(const CommOpStats& o) {
     calls += o.calls;
     bytes += o.bytes;
     bytes_sent += o.bytes_sent;
     seconds += o.seconds;
+    staging_seconds += o.staging_seconds;
     return *this;
   }
 };

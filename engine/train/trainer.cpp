@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "engine/train/metrics.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/schedule.h"
+#include "engine/train/step_log.h"
 #include "kernels/check.h"
 #include "kernels/gradnorm.h"
 #include "model/gpt.h"
@@ -58,6 +60,7 @@ struct Trainer::State {
   Tensor grad_shard;
   int micro_steps = 1;
   int64_t tokens_per_step = 0;
+  double peak_flops = 0;  // bf16 peak of every GPU the run uses together (0: CPU, unknown)
   std::vector<int32_t> inputs, targets;
 
   bool first_stage() const { return grid->is_first_stage(); }
@@ -105,6 +108,24 @@ double sum_over(MPI_Comm comm, double x) {
   double out = 0;
   MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, comm);
   return out;
+}
+
+// GPUs the run uses: on each node, the distinct devices its ranks chose (ranks may share one).
+int gpus_in_use(MPI_Comm world, int device_index) {
+  MPI_Comm node;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local = 0, local_rank = 0;
+  MPI_Comm_size(node, &local);
+  MPI_Comm_rank(node, &local_rank);
+  std::vector<int> devices(size_t(local), -1);
+  MPI_Allgather(&device_index, 1, MPI_INT, devices.data(), 1, MPI_INT, node);
+  MPI_Comm_free(&node);
+  std::sort(devices.begin(), devices.end());
+  const int distinct = int(std::unique(devices.begin(), devices.end()) - devices.begin());
+  int total = 0;
+  const int mine = local_rank == 0 ? distinct : 0;
+  MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, world);
+  return total;
 }
 
 // The per-token losses the model summed since the last read, added over the world with each
@@ -184,6 +205,8 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
                     "available (use auto or cpu)");
   }
   s.dtype = choose_dtype(config.train.precision, s.device.kind, config.source);
+  if (s.device.kind == DeviceKind::cuda && s.device.bf16_peak_tflops > 0)
+    s.peak_flops = s.device.bf16_peak_tflops * 1e12 * gpus_in_use(ctx.world, s.device.index);
 
   const int B = config.train.micro_batch_size, T = m.seq_len;
   const int64_t tokens_per_micro = int64_t(B) * T * par.dp;
@@ -385,6 +408,50 @@ std::string sites_json(const std::map<std::string, SiteCommStats>& sites) {
   return out + "}";
 }
 
+// One log line and one metrics.jsonl record for an interval ending at `step` (DESIGN.md §7):
+// its mean loss, ms/step, tokens/s, MFU (GPUs only), communication share and bytes per step,
+// and the logged step's traffic and measured error per site. Every rank prints (spdlog's
+// rank-0 sink shows one); only rank 0's MetricsWriter writes.
+void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,
+                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu,
+                  MetricsWriter& metrics) {
+  std::string extra;
+  if (sum.saved_bytes > 0) extra += fmt::format(" | saved {:.1f} MB", sum.saved_bytes / 1e6);
+  double worst = 0;
+  std::string worst_site;
+  for (const auto& [name, st] : sites) {
+    const double e = st.error_samples > 0 ? st.relative_l2() : 0.0;
+    if (st.error_samples > 0 && (std::isnan(e) || e > worst || worst_site.empty())) {
+      worst = e;
+      worst_site = name;
+    }
+  }
+  if (!worst_site.empty()) extra += fmt::format(" | err {:.2e} {}", worst, worst_site);
+  const std::string mfu = has_mfu ? fmt::format(" | MFU {:.1f}%", 100 * sum.mfu) : "";
+  spdlog::info(
+      "step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} ms/step | {} tok/s{} | comm "
+      "{:.0f}% ({:.1f} ms, {:.1f} MB){}",
+      step, steps, sum.loss, lr, norm, sum.ms_per_step, human(sum.tokens_per_s), mfu,
+      100 * sum.comm_share, sum.comm_ms, sum.comm_bytes / 1e6, extra);
+  JsonRecord r;
+  r.add("step", (long long)step)
+      .add("loss", sum.loss)
+      .add("lr", lr)
+      .add("grad_norm", norm)
+      .add("steps", (long long)sum.steps)
+      .add("ms", sum.ms_per_step)
+      .add_raw("step_ms", json_array(sum.step_ms))
+      .add("tok_per_s", sum.tokens_per_s);
+  if (has_mfu) r.add("mfu", sum.mfu);
+  metrics.write(r.add("comm_ms", sum.comm_ms)
+                    .add("comm_share", sum.comm_share)
+                    .add("staging_ms", sum.staging_ms)
+                    .add("comm_bytes", (long long)sum.comm_bytes)
+                    .add("wire_bytes", (long long)sum.wire_bytes)
+                    .add("saved_bytes", (long long)sum.saved_bytes)
+                    .add_raw("sites", sites_json(sites)));
+}
+
 // group: auto: one step of calibration ends; on the last one, world rank 0 prints the agreed
 // choices and saves them to <run dir>/calibration.json.
 void end_calibration_step(SiteCalibration& calibration, ProcessGrid& grid,
@@ -415,6 +482,9 @@ double Trainer::evaluate() {
   const int batches = s.cfg.log.eval_batches;
   const GridCoord coord = s.grid->coord();
   const int mine = batches / dp + (coord.dp < batches % dp ? 1 : 0);
+  // Evaluation measures nothing: it runs at forward speed whatever the last step logged.
+  for (CompressedSiteComm* c : s.comms())
+    if (c) c->measure_errors(false);
   PipelineStage stage;
   stage.forward = [&](int k, int slot) {
     s.val_data->eval_batch(k * dp + coord.dp, B, 0, B, T, s.inputs.data(), s.targets.data());
@@ -476,14 +546,22 @@ TrainHistory Trainer::run() {
                  std::chrono::duration<double>(clock::now() - t0).count());
   };
 
+  // Throughput, loss and communication are reported over each logging interval.
+  const double flops_per_token = 6.0 * double(s.dims.num_params()) +
+                                 6.0 * s.dims.n_layer * double(s.dims.seq_len) * s.dims.d_model;
+  StepClock step_clock;
+  LogInterval interval;
+  auto seconds_since = [](clock::time_point t) {
+    return std::chrono::duration<double>(clock::now() - t).count();
+  };
   for (step = s.start_step; step < tc.steps; ++step) {
-    auto t0 = clock::now();
     const bool logged = (step + 1) % s.cfg.log.every == 0 || step == 0 || step + 1 == tc.steps;
     for (CompressedSiteComm* c : s.comms()) {
       if (!c) continue;
       c->reset_stats();
       c->measure_errors(logged);
     }
+    for (auto& c : s.device_comms) c->reset_stats();
     ops::zero(s.model->grads());
     run_1f1b(s.pp_comm.get(), s.micro_steps, s.model->slots(), stage);
 
@@ -521,8 +599,9 @@ TrainHistory Trainer::run() {
     const double loss =
         world_loss_sum(*s.model, s.last_stage() && coord.tp == 0, s.grid->world().comm()) /
         double(s.tokens_per_step);
-    const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-    const double tok_per_s = double(s.tokens_per_step) / (ms / 1000.0);
+    StepSample sample;
+    sample.seconds = step_clock.end_step();
+    sample.loss = loss;
     history.train_loss.push_back(loss);
     history.grad_norm.push_back(norm);
     SiteCommStats comm;
@@ -532,6 +611,12 @@ TrainHistory Trainer::run() {
       comm += c->total();
       for (const auto& [name, st] : c->stats()) sites[name] += st;
     }
+    for (const auto& c : s.device_comms) sample.staging_seconds += c->stats().total().staging_seconds;
+    sample.comm_seconds = comm.seconds;
+    sample.comm_bytes = comm.logical_bytes;
+    sample.wire_bytes = comm.wire_bytes;
+    sample.saved_bytes = comm.saved_bytes;
+    interval.add(sample);
     for (const auto& [name, st] : sites) {
       if (st.nonfinite_groups > 0)
         spdlog::warn(
@@ -547,33 +632,21 @@ TrainHistory Trainer::run() {
 
     const bool last = step + 1 == tc.steps;
     if (logged) {
-      std::string saved;
-      if (comm.compressed_calls > 0)
-        saved = fmt::format(" | saved {:.2f} MB", double(comm.saved_bytes) / 1e6);
-      spdlog::info(
-          "step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} ms | {} tok/s | comm "
-          "{:.1f} ms {:.1f} MB{}",
-          step + 1, tc.steps, loss, lr, norm, ms, human(tok_per_s), comm.seconds * 1e3,
-          comm.logical_bytes / 1e6, saved);
-      s.metrics->write(JsonRecord()
-                           .add("step", (long long)(step + 1))
-                           .add("loss", loss)
-                           .add("lr", lr)
-                           .add("grad_norm", norm)
-                           .add("ms", ms)
-                           .add("tok_per_s", tok_per_s)
-                           .add("comm_ms", comm.seconds * 1e3)
-                           .add("comm_bytes", (long long)comm.logical_bytes)
-                           .add("wire_bytes", (long long)comm.wire_bytes)
-                           .add("saved_bytes", (long long)comm.saved_bytes)
-                           .add_raw("sites", sites_json(sites)));
+      const auto t_log = clock::now();
+      const IntervalSummary sum = interval.summarize(s.tokens_per_step, flops_per_token,
+                                                     s.peak_flops);
+      interval.clear();
+      log_interval(step + 1, tc.steps, lr, norm, sum, sites, s.peak_flops > 0, *s.metrics);
+      step_clock.exclude(seconds_since(t_log));
     }
     if (s.val_data &&
         ((s.cfg.log.eval_every > 0 && (step + 1) % s.cfg.log.eval_every == 0) || last)) {
+      const auto t_eval = clock::now();
       const double val = evaluate();
       history.val_loss.emplace_back(step + 1, val);
       spdlog::info("step {:5d}/{} | val loss {:.4f}", step + 1, tc.steps, val);
       s.metrics->write(JsonRecord().add("step", (long long)(step + 1)).add("val_loss", val));
+      step_clock.exclude(seconds_since(t_eval));
     }
 
     const int done = step + 1;
@@ -584,7 +657,11 @@ TrainHistory Trainer::run() {
     MPI_Allreduce(&signal, &agreed, 1, MPI_INT, MPI_MAX, s.grid->world().comm());
     if (s.checkpointer) {
       const int every = s.cfg.checkpoint.every;
-      if ((every > 0 && done % every == 0) || agreed != 0 || done == tc.steps) save(done);
+      if ((every > 0 && done % every == 0) || agreed != 0 || done == tc.steps) {
+        const auto t_save = clock::now();
+        save(done);
+        step_clock.exclude(seconds_since(t_save));
+      }
     }
     if (agreed != 0) {
       history.stopped_by_signal = agreed;
