@@ -52,6 +52,10 @@ struct TrainSection {
   std::string precision = "auto";  // auto | fp32 | bf16
   std::string device = "auto";     // auto | cpu | cuda
   uint64_t seed = 42;
+  // A step whose loss or gradient norm is NaN/Inf is never applied. stop: the run ends there
+  // with one line (the last checkpoint stays the newest); skip: the step is skipped with a
+  // warning and training goes on, as Megatron and llm.c do.
+  std::string nonfinite = "stop";  // stop | skip
 };
 
 struct DataSection {

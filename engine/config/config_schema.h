@@ -21,6 +21,7 @@ inline const Choices kCodecs = {"none", "fp8_tensor", "fp8_block", "taco"};
 inline const Choices kFormats = {"e4m3", "e5m2"};
 inline const Choices kScales = {"dual", "single", "e8m0"};
 inline const Choices kResume = {"false", "true", "auto"};
+inline const Choices kNonfinite = {"stop", "skip"};
 inline const std::vector<int> kGroups = {32, 64, 128, 256, 512};  // and "auto" (stored as 0)
 
 template <class S>
@@ -70,6 +71,7 @@ inline const std::vector<Field<TrainSection>> kTrainFields = {
     {"precision", &TrainSection::precision, kPrecisions},
     {"device", &TrainSection::device, kDevices},
     {"seed", &TrainSection::seed},
+    {"nonfinite", &TrainSection::nonfinite, kNonfinite},
 };
 
 inline const std::vector<Field<DataSection>> kDataFields = {

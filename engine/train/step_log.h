@@ -28,15 +28,15 @@ struct StepSample {
 // The mean of an interval's steps, and their rates.
 struct IntervalSummary {
   int steps = 0;
-  double seconds = 0;        // wall time of the interval: the sum of its steps' times
-  double ms_per_step = 0;    // seconds / steps
-  double loss = 0;           // mean of the steps' losses
-  double tokens_per_s = 0;   // tokens of every step / seconds
-  double mfu = 0;            // model flops / (seconds * peak of every GPU used); 0 if unknown
-  double comm_share = 0;     // comm seconds / seconds
-  double comm_ms = 0, staging_ms = 0;  // per step
+  double seconds = 0;       // wall time of the interval: the sum of its steps' times
+  double ms_per_step = 0;   // seconds / steps
+  double loss = 0;          // mean of the steps' losses
+  double tokens_per_s = 0;  // tokens of every step / seconds
+  double mfu = 0;           // model flops / (seconds * peak of every GPU used); 0 if unknown
+  double comm_share = 0;    // comm seconds / seconds
+  double comm_ms = 0, staging_ms = 0;                      // per step
   double comm_bytes = 0, wire_bytes = 0, saved_bytes = 0;  // per step
-  std::vector<double> step_ms;  // each step's own time, in order
+  std::vector<double> step_ms;                             // each step's own time, in order
 };
 
 class StepClock {

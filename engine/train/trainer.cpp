@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -110,6 +111,19 @@ double sum_over(MPI_Comm comm, double x) {
   return out;
 }
 
+// The one line a run stops with at a non-finite step: what was seen, that nothing was applied or
+// saved, which checkpoint is the newest, and what to do.
+std::string nonfinite_message(int rank, int step, double loss, double norm,
+                              const TrainHistory& history) {
+  const std::string newest = history.checkpoint.empty()
+                                 ? std::string("no checkpoint was written by this run")
+                                 : "the newest checkpoint is still " + history.checkpoint;
+  return "rank " + std::to_string(rank) + ": step " + std::to_string(step) + ": loss " +
+         fmt::format("{}", loss) + ", grad norm " + fmt::format("{}", norm) +
+         ": non-finite; the update was not applied and nothing was saved (" + newest +
+         "); lower train.lr or check the data, or set train.nonfinite: skip to skip such steps";
+}
+
 // GPUs the run uses: on each node, the distinct devices its ranks chose (ranks may share one).
 int gpus_in_use(MPI_Comm world, int device_index) {
   MPI_Comm node;
@@ -140,6 +154,24 @@ CheckpointPart host_copy(const std::string& name, const Tensor& t) {
   CheckpointPart s{name, std::vector<uint8_t>(t.bytes())};
   if (!t.empty()) device_copy(s.bytes.data(), t.data, t.bytes(), DeviceKind::cpu, t.device);
   return s;
+}
+
+// Values of a host copy of `t` that are NaN or Inf (f32 or bf16; other dtypes hold none).
+size_t count_nonfinite(const CheckpointPart& part, DType dtype) {
+  size_t bad = 0;
+  const size_t n = part.bytes.size() / std::max<size_t>(1, dtype_size(dtype));
+  for (size_t i = 0; i < n; ++i) {
+    float v = 0;
+    if (dtype == DType::f32) {
+      std::memcpy(&v, part.bytes.data() + 4 * i, 4);
+    } else if (dtype == DType::bf16) {
+      bf16 h;
+      std::memcpy(&h, part.bytes.data() + 2 * i, 2);
+      v = bf16_to_float(h);
+    }
+    bad += std::isfinite(v) ? 0 : 1;
+  }
+  return bad;
 }
 
 void load_section(const RankCheckpoint& ck, const std::string& name, const Tensor& t,
@@ -534,6 +566,21 @@ TrainHistory Trainer::run() {
         host_copy("adam_v", s.optimizer->v()), host_copy("master", s.optimizer->master())};
     size_t bytes = 0;
     for (const auto& sec : sections) bytes += sec.bytes.size();
+    // A checkpoint never holds non-finite parameters or moments (a finite step can still
+    // overflow them): refuse, on every rank alike, before anything is written.
+    size_t bad = 0;
+    for (size_t i = 0; i < sections.size(); ++i)
+      bad += count_nonfinite(sections[i], i == 0 ? s.dtype : DType::f32);
+    const double bad_anywhere = sum_over(s.grid->world().comm(), double(bad));
+    if (bad_anywhere > 0) {
+      throw Error("rank " + std::to_string(s.grid->world_rank()) + ": step " +
+                      std::to_string(done) + ": " + fmt::format("{:.0f}", bad_anywhere) +
+                      " parameter or optimizer values are NaN/Inf; no checkpoint was written (" +
+                      (history.checkpoint.empty() ? std::string("none by this run")
+                                                  : "the newest is still " + history.checkpoint) +
+                      "); lower train.lr or check the data",
+                  1);
+    }
     const std::map<std::string, std::string> header = {
         {"seed", std::to_string(tc.seed)},
         {"config", s.cfg.source},
@@ -588,17 +635,28 @@ TrainHistory Trainer::run() {
     const double norm =
         std::sqrt(sum_over(zero ? s.grid->world().comm() : s.grid->mp().comm(), local));
     const double lr = learning_rate(step, tc.steps, tc.lr, tc.warmup_steps, tc.min_lr_frac);
-    s.optimizer->update(s.model->params(), s.model->grads(), lr, clip_scale(norm, tc.grad_clip),
-                        step + 1);
-    if (zero) {
-      const Tensor all = s.model->params_padded();
-      s.dp_comm->all_gather(all.slice(coord.dp * s.shard_size, s.shard_size), all, dp, "dp.param",
-                            -1);
-    }
-    // The micro-batches' losses stayed on the device until here, after the update is queued.
+    // Every rank holds the same loss and norm (both summed over the world or the model group),
+    // so every rank takes the same branch: a non-finite step is never applied.
     const double loss =
         world_loss_sum(*s.model, s.last_stage() && coord.tp == 0, s.grid->world().comm()) /
         double(s.tokens_per_step);
+    const bool finite = std::isfinite(loss) && std::isfinite(norm);
+    if (!finite && tc.nonfinite == "stop") {
+      throw Error(nonfinite_message(s.grid->world_rank(), step + 1, loss, norm, history), 1);
+    }
+    if (finite) {
+      s.optimizer->update(s.model->params(), s.model->grads(), lr, clip_scale(norm, tc.grad_clip),
+                          step + 1);
+      if (zero) {
+        const Tensor all = s.model->params_padded();
+        s.dp_comm->all_gather(all.slice(coord.dp * s.shard_size, s.shard_size), all, dp, "dp.param",
+                              -1);
+      }
+    } else {
+      history.skipped_steps += 1;
+      spdlog::warn("step {}: loss {}, grad norm {}: the update is skipped (train.nonfinite: skip)",
+                   step + 1, loss, norm);
+    }
     StepSample sample;
     sample.seconds = step_clock.end_step();
     sample.loss = loss;
@@ -611,7 +669,8 @@ TrainHistory Trainer::run() {
       comm += c->total();
       for (const auto& [name, st] : c->stats()) sites[name] += st;
     }
-    for (const auto& c : s.device_comms) sample.staging_seconds += c->stats().total().staging_seconds;
+    for (const auto& c : s.device_comms)
+      sample.staging_seconds += c->stats().total().staging_seconds;
     sample.comm_seconds = comm.seconds;
     sample.comm_bytes = comm.logical_bytes;
     sample.wire_bytes = comm.wire_bytes;
@@ -623,18 +682,11 @@ TrainHistory Trainer::run() {
             "rank {}: step {}: site {}: {} compressed group(s) held NaN/Inf and decoded as NaN",
             s.grid->world_rank(), step + 1, name, st.nonfinite_groups);
     }
-    if (!std::isfinite(loss)) {
-      throw Error("rank " + std::to_string(s.grid->world_rank()) + ": loss became " +
-                      std::to_string(loss) + " at step " + std::to_string(step + 1) +
-                      "; lower train.lr or check the data",
-                  1);
-    }
-
     const bool last = step + 1 == tc.steps;
     if (logged) {
       const auto t_log = clock::now();
-      const IntervalSummary sum = interval.summarize(s.tokens_per_step, flops_per_token,
-                                                     s.peak_flops);
+      const IntervalSummary sum =
+          interval.summarize(s.tokens_per_step, flops_per_token, s.peak_flops);
       interval.clear();
       log_interval(step + 1, tc.steps, lr, norm, sum, sites, s.peak_flops > 0, *s.metrics);
       step_clock.exclude(seconds_since(t_log));

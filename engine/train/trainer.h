@@ -28,6 +28,7 @@ struct TrainHistory {
   int start_step = 0;         // steps already done when this run began (resumed from a checkpoint)
   int stopped_by_signal = 0;  // SIGINT/SIGTERM number if training stopped early, else 0
   int steps_done = 0;         // steps done when run() returned
+  int skipped_steps = 0;      // non-finite steps not applied (train.nonfinite: skip)
   std::string checkpoint;     // the last checkpoint folder written, if any
   std::vector<double> train_loss;                // per optimizer step (mean over the global batch)
   std::vector<double> grad_norm;                 // per optimizer step, before clipping

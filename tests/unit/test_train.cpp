@@ -2,6 +2,9 @@
 // taco-train command reports bad input with one line and exit code 2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,6 +13,7 @@
 
 #include "engine/config/config.h"
 #include "engine/train/trainer.h"
+#include "kernels/check.h"
 #include "tests/support/fortune_data.h"
 #include "tests/support/test_util.h"
 
@@ -62,6 +66,98 @@ TEST(Trainer, SameSeedGivesBitIdenticalLosses) {
   Config other = small_config({"train.steps=3", "train.global_batch_tokens=512", "train.seed=7"});
   TrainHistory c = Trainer(other, RunContext{}).run();
   EXPECT_NE(a.train_loss[0], c.train_loss[0]) << "the seed must change the run";
+}
+
+// A number field of a one-line JSON record ("key": value), NaN when absent.
+double json_number(const std::string& line, const std::string& key) {
+  const size_t at = line.find("\"" + key + "\": ");
+  if (at == std::string::npos) return std::nan("");
+  return std::atof(line.c_str() + at + key.size() + 4);
+}
+
+TEST(Trainer, LogRecordsAverageEveryStepOfTheInterval) {
+  const std::string dir = test::scratch_dir("interval_log");
+  Config cfg = small_config(
+      {"train.steps=7", "log.every=3", "train.global_batch_tokens=512", "checkpoint.keep=0"});
+  RunContext ctx;
+  ctx.run_dir = dir;
+  const TrainHistory h = Trainer(cfg, ctx).run();
+  ASSERT_EQ(h.train_loss.size(), 7u);
+  // Logged: step 1 (the first), 3, 6 and 7 (the last): intervals of 1, 2, 3 and 1 steps.
+  std::ifstream metrics(dir + "/metrics.jsonl");
+  std::string line;
+  std::vector<std::pair<int, int>> seen;  // (step, steps in its interval)
+  int begin = 0;
+  while (std::getline(metrics, line)) {
+    if (line.find("\"tok_per_s\"") == std::string::npos) continue;
+    const int step = int(json_number(line, "step")), steps = int(json_number(line, "steps"));
+    seen.emplace_back(step, steps);
+    ASSERT_EQ(begin + steps, step) << line;
+    double mean = 0;
+    for (int i = begin; i < step; ++i) mean += h.train_loss[size_t(i)];
+    mean /= steps;
+    // The record's loss is the interval's mean (printed with 9 significant digits).
+    EXPECT_NEAR(json_number(line, "loss"), mean, 1e-8 * mean) << line;
+    // Its ms/step is the mean of the step times it lists, one per step.
+    const size_t list = line.find("\"step_ms\": [");
+    ASSERT_NE(list, std::string::npos) << line;
+    std::stringstream items(line.substr(list + 12, line.find(']', list) - list - 12));
+    double sum = 0;
+    int n = 0;
+    for (std::string item; std::getline(items, item, ',');) {
+      EXPECT_GT(std::atof(item.c_str()), 0.0) << line;
+      sum += std::atof(item.c_str());
+      ++n;
+    }
+    EXPECT_EQ(n, steps) << line;
+    EXPECT_NEAR(json_number(line, "ms"), sum / n, 1e-3 * sum / n + 1e-3) << line;
+    EXPECT_NEAR(json_number(line, "tok_per_s"), 512.0 * 1e3 / json_number(line, "ms"),
+                1e-3 * json_number(line, "tok_per_s"))
+        << line;
+    begin = step;
+  }
+  const std::vector<std::pair<int, int>> want = {{1, 1}, {3, 2}, {6, 3}, {7, 1}};
+  EXPECT_EQ(seen, want);
+}
+
+TEST(Trainer, NonFiniteStepIsNeverAppliedAndStopsTheRun) {
+  const std::string dir = test::scratch_dir("nonfinite_stop");
+  // lr 1e6 overflows within a few steps; a checkpoint after every step that was applied.
+  Config cfg =
+      small_config({"train.steps=20", "train.lr=1e6", "train.warmup_steps=0",
+                    "train.global_batch_tokens=512", "checkpoint.every=1", "checkpoint.keep=50"});
+  RunContext ctx;
+  ctx.run_dir = dir;
+  std::string message;
+  try {
+    Trainer(cfg, ctx).run();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ASSERT_NE(message.find("non-finite"), std::string::npos) << message;
+  EXPECT_NE(message.find("was not applied"), std::string::npos) << message;
+  EXPECT_NE(message.find("train.nonfinite: skip"), std::string::npos) << message;
+  // Every checkpoint written is of a step before the one that stopped the run.
+  const size_t at = message.find(": step ");
+  ASSERT_NE(at, std::string::npos) << message;
+  const int stopped = std::atoi(message.c_str() + at + 7);
+  int newest = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/ckpt"))
+    newest = std::max(newest, std::atoi(e.path().filename().string().c_str() + 5));
+  EXPECT_GT(stopped, 1) << message;
+  EXPECT_LT(newest, stopped) << message;
+}
+
+TEST(Trainer, NonFiniteStepsAreSkippedWhenAsked) {
+  Config cfg = small_config({"train.steps=12", "train.lr=1e6", "train.warmup_steps=0",
+                             "train.global_batch_tokens=512", "train.nonfinite=skip"});
+  const TrainHistory h = Trainer(cfg, RunContext{}).run();
+  EXPECT_EQ(h.steps_done, 12);
+  EXPECT_GT(h.skipped_steps, 0);
+  int nonfinite = 0;
+  for (size_t i = 0; i < h.train_loss.size(); ++i)
+    nonfinite += std::isfinite(h.train_loss[i]) && std::isfinite(h.grad_norm[i]) ? 0 : 1;
+  EXPECT_EQ(nonfinite, h.skipped_steps);
 }
 
 // --- the command line ------------------------------------------------------------------------

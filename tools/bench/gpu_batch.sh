@@ -12,6 +12,12 @@
 #   sass       SASS of taco's G=128 bf16 encode kernel and its opcode counts     ~5 s
 #   profile    Nsight Compute source counters (executed instructions and stall
 #              samples per SASS line) of taco's 128 MB encode and bf16 decode    ~25 s
+#   slowtests  the gpu_/mpi_ tests of the host-staged (slow-link) path           ~40 s
+#   slowlink   taco-train GPT-2 124M, tp=2 ranks on the one GPU through host memory, none
+#              and taco, 40 steps on random tokens (logged every 10)             ~80 s
+#   parity     the same layout, 300 steps on GPT-2-tokenized fortunes, none vs taco on every
+#              TP site (data/fortunes-gpt2: taco-prep --tokenizer gpt2 --val-every 5)  ~330 s
+#   pack       everything under $OUT into one results.tgz (a device call returns <= 8 files)
 # Default: build tests step codec comm (quick: build tests). A device call runs at most 600 s:
 # split larger batches over calls (build-gpu is kept while the machine stays warm).
 set -uo pipefail
@@ -87,6 +93,36 @@ for part in "${parts[@]}"; do
       ncu --import /tmp/prof.ncu-rep --page source --print-source sass --csv > "$OUT/$k.csv"
       ncu --import /tmp/prof.ncu-rep --page details | grep -E "Duration|Throughput|Executed Ipc"
     done
+    ;;
+  slowtests)
+    (cd $B && ctest -R "gpu_kernels_elementwise|mpi_device_collectives|mpi_staged|mpi_gpu_training" \
+      --output-on-failure --timeout 200 > "$OUT/slow_tests.log" 2>&1)
+    grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/slow_tests.log" | head -20
+    ;;
+  slowlink | parity)
+    # Both ranks share the GPU (NCCL refuses that): MPI staged through pinned host memory.
+    if [ $part = slowlink ]; then
+      data=(--set 'data.train=data/random-gpt2/train_*.bin' --set 'data.val=data/random-gpt2/val_*.bin'
+        --set train.steps=40 --set train.warmup_steps=10 --set log.every=10 --set log.eval_batches=2)
+    else
+      data=(--set 'data.train=data/fortunes-gpt2/train_*.bin' --set 'data.val=data/fortunes-gpt2/val_*.bin'
+        --set train.steps=300 --set train.warmup_steps=30 --set log.every=10 --set log.eval_every=50
+        --set log.eval_batches=8)
+    fi
+    for codec in none taco; do
+      name=$part-tp2-$codec
+      timeout 280 mpirun --allow-run-as-root --oversubscribe -np 2 $B/taco-train configs/gpt2-124m.yaml \
+        --set parallel.tp=2 --set parallel.backend=mpi --set model.vocab_size=50304 \
+        --set train.global_batch_tokens=16384 --set checkpoint.keep=0 \
+        --set compression.default.codec=$codec --set run.dir="$OUT" --set run.name=$name \
+        "${data[@]}" > "$OUT/$name.out" 2>&1
+      echo "$name rc $?"
+      grep -E "step .*(loss|val)" "$OUT/$name.out" | tail -4
+    done
+    ;;
+  pack)
+    (cd "$OUT" && tar czf /tmp/results.tgz --exclude=results.tgz . && rm -rf ./* && mv /tmp/results.tgz .)
+    ls -la "$OUT"
     ;;
   *)
     echo "gpu_batch.sh: unknown part '$part'; see the top of tools/bench/gpu_batch.sh" >&2
