@@ -1,5 +1,9 @@
 #include "engine/train/step_log.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
 #include <cstdio>
 
 namespace taco {
@@ -53,6 +57,83 @@ std::string json_array(const std::vector<double>& v) {
     out += buf;
   }
   return out + "]";
+}
+
+namespace {
+
+// {"attn.out.fwd": {"bytes": .., "wire_bytes": .., "rel_err": .., ...}, ...}: rank 0's traffic
+// per site this step; rel_err is null where no compressed message was measured.
+std::string sites_json(const std::map<std::string, SiteCommStats>& sites) {
+  std::string out = "{";
+  for (const auto& [name, st] : sites) {
+    if (out.size() > 1) out += ", ";
+    out.append("\"").append(json_escape(name)).append("\": ");
+    out += JsonRecord()
+               .add("calls", (long long)st.calls)
+               .add("bytes", (long long)st.logical_bytes)
+               .add("wire_bytes", (long long)st.wire_bytes)
+               .add("saved_bytes", (long long)st.saved_bytes)
+               .add("compressed_calls", (long long)st.compressed_calls)
+               .add("rel_err", st.relative_l2())
+               .add("nonfinite_groups", (long long)st.nonfinite_groups)
+               .str();
+  }
+  return out + "}";
+}
+
+}  // namespace
+
+void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,
+                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu,
+                  MetricsWriter& metrics) {
+  std::string extra;
+  if (sum.saved_bytes > 0) extra += fmt::format(" | saved {:.1f} MB", sum.saved_bytes / 1e6);
+  double worst = 0;
+  std::string worst_site;
+  for (const auto& [name, st] : sites) {
+    const double e = st.error_samples > 0 ? st.relative_l2() : 0.0;
+    if (st.error_samples > 0 && (std::isnan(e) || e > worst || worst_site.empty())) {
+      worst = e;
+      worst_site = name;
+    }
+  }
+  if (!worst_site.empty()) extra += fmt::format(" | err {:.2e} {}", worst, worst_site);
+  const std::string mfu = has_mfu ? fmt::format(" | MFU {:.1f}%", 100 * sum.mfu) : "";
+  spdlog::info(
+      "step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} ms/step | {} tok/s{} | comm "
+      "{:.0f}% ({:.1f} ms, {:.1f} MB){}",
+      step, steps, sum.loss, lr, norm, sum.ms_per_step, human_count(sum.tokens_per_s), mfu,
+      100 * sum.comm_share, sum.comm_ms, sum.comm_bytes / 1e6, extra);
+  JsonRecord r;
+  r.add("step", (long long)step)
+      .add("loss", sum.loss)
+      .add("lr", lr)
+      .add("grad_norm", norm)
+      .add("steps", (long long)sum.steps)
+      .add("ms", sum.ms_per_step)
+      .add_raw("step_ms", json_array(sum.step_ms))
+      .add("tok_per_s", sum.tokens_per_s);
+  if (has_mfu) r.add("mfu", sum.mfu);
+  metrics.write(r.add("comm_ms", sum.comm_ms)
+                    .add("comm_share", sum.comm_share)
+                    .add("staging_ms", sum.staging_ms)
+                    .add("comm_bytes", (long long)sum.comm_bytes)
+                    .add("wire_bytes", (long long)sum.wire_bytes)
+                    .add("saved_bytes", (long long)sum.saved_bytes)
+                    .add_raw("sites", sites_json(sites)));
+}
+
+std::string human_count(double x) {
+  char buf[32];
+  if (x >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", x / 1e9);
+  else if (x >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
+  else if (x >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", x);
+  return buf;
 }
 
 }  // namespace taco

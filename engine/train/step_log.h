@@ -9,8 +9,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "engine/train/metrics.h"
+#include "parallel/site_comm.h"
 
 namespace taco {
 
@@ -70,5 +74,16 @@ class LogInterval {
 
 // A list of doubles as a JSON array, "%.4g".
 std::string json_array(const std::vector<double>& v);
+
+// 1234567 -> "1.23M" (k, M, B), for counts in log lines.
+std::string human_count(double x);
+
+// The log line and the metrics.jsonl record of an interval ending at `step` (DESIGN.md §7): its
+// mean loss, ms/step, tokens/s, MFU (`has_mfu`: GPUs only), communication share and bytes per
+// step, and the logged step's traffic and measured error per site (the worst site on the line).
+// Every rank prints (spdlog shows rank 0 unless log.all_ranks); only rank 0's writer writes.
+void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,
+                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu,
+                  MetricsWriter& metrics);
 
 }  // namespace taco

@@ -91,19 +91,6 @@ DType choose_dtype(const std::string& precision, DeviceKind device, const std::s
   return device == DeviceKind::cuda ? DType::bf16 : DType::f32;
 }
 
-std::string human(double x) {
-  char buf[32];
-  if (x >= 1e9)
-    std::snprintf(buf, sizeof buf, "%.2fB", x / 1e9);
-  else if (x >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
-  else if (x >= 1e3)
-    std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f", x);
-  return buf;
-}
-
 // A host double summed over a group (loss sums, squared norms), in double.
 double sum_over(MPI_Comm comm, double x) {
   double out = 0;
@@ -383,12 +370,12 @@ std::string Trainer::describe() const {
                 "model %s params (L=%d H=%d C=%d T=%d V=%d->%d) | layout %s%s | device %s %s | "
                 "micro-batch %d x %d, %d micro-batches x dp %d = %lld tokens/step | train %s "
                 "tokens in %zu shard(s) | %s | attention %s",
-                human(double(s.dims.num_params())).c_str(), s.dims.n_layer, s.dims.n_head,
+                human_count(double(s.dims.num_params())).c_str(), s.dims.n_layer, s.dims.n_head,
                 s.dims.d_model, s.dims.seq_len, s.dims.vocab_size, s.dims.padded_vocab,
                 s.grid->layout_string().c_str(), s.cfg.parallel.sequence_parallel ? " +SP" : "",
                 s.device.name.c_str(), dtype_name(s.dtype), s.cfg.train.micro_batch_size,
                 s.dims.seq_len, s.micro_steps, s.cfg.parallel.dp, (long long)s.tokens_per_step,
-                human(double(s.train_data->num_tokens())).c_str(), s.train_data->num_shards(),
+                human_count(double(s.train_data->num_tokens())).c_str(), s.train_data->num_shards(),
                 s.arena->summary(4).c_str(), s.model->attention_engine().c_str());
   return buf;
 }
@@ -418,70 +405,6 @@ double local_grad_sumsq(const Gpt& model, const GridCoord& coord, bool last_stag
   }
   flush();
   return ops::sum_of_squares(runs);
-}
-
-// {"attn.out.fwd": {"bytes": .., "wire_bytes": .., "rel_err": .., ...}, ...}: rank 0's traffic
-// per site this step; rel_err is null where no compressed message was measured.
-std::string sites_json(const std::map<std::string, SiteCommStats>& sites) {
-  std::string out = "{";
-  for (const auto& [name, st] : sites) {
-    if (out.size() > 1) out += ", ";
-    out.append("\"").append(json_escape(name)).append("\": ");
-    out += JsonRecord()
-               .add("calls", (long long)st.calls)
-               .add("bytes", (long long)st.logical_bytes)
-               .add("wire_bytes", (long long)st.wire_bytes)
-               .add("saved_bytes", (long long)st.saved_bytes)
-               .add("compressed_calls", (long long)st.compressed_calls)
-               .add("rel_err", st.relative_l2())
-               .add("nonfinite_groups", (long long)st.nonfinite_groups)
-               .str();
-  }
-  return out + "}";
-}
-
-// One log line and one metrics.jsonl record for an interval ending at `step` (DESIGN.md §7):
-// its mean loss, ms/step, tokens/s, MFU (GPUs only), communication share and bytes per step,
-// and the logged step's traffic and measured error per site. Every rank prints (spdlog's
-// rank-0 sink shows one); only rank 0's MetricsWriter writes.
-void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,
-                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu,
-                  MetricsWriter& metrics) {
-  std::string extra;
-  if (sum.saved_bytes > 0) extra += fmt::format(" | saved {:.1f} MB", sum.saved_bytes / 1e6);
-  double worst = 0;
-  std::string worst_site;
-  for (const auto& [name, st] : sites) {
-    const double e = st.error_samples > 0 ? st.relative_l2() : 0.0;
-    if (st.error_samples > 0 && (std::isnan(e) || e > worst || worst_site.empty())) {
-      worst = e;
-      worst_site = name;
-    }
-  }
-  if (!worst_site.empty()) extra += fmt::format(" | err {:.2e} {}", worst, worst_site);
-  const std::string mfu = has_mfu ? fmt::format(" | MFU {:.1f}%", 100 * sum.mfu) : "";
-  spdlog::info(
-      "step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} ms/step | {} tok/s{} | comm "
-      "{:.0f}% ({:.1f} ms, {:.1f} MB){}",
-      step, steps, sum.loss, lr, norm, sum.ms_per_step, human(sum.tokens_per_s), mfu,
-      100 * sum.comm_share, sum.comm_ms, sum.comm_bytes / 1e6, extra);
-  JsonRecord r;
-  r.add("step", (long long)step)
-      .add("loss", sum.loss)
-      .add("lr", lr)
-      .add("grad_norm", norm)
-      .add("steps", (long long)sum.steps)
-      .add("ms", sum.ms_per_step)
-      .add_raw("step_ms", json_array(sum.step_ms))
-      .add("tok_per_s", sum.tokens_per_s);
-  if (has_mfu) r.add("mfu", sum.mfu);
-  metrics.write(r.add("comm_ms", sum.comm_ms)
-                    .add("comm_share", sum.comm_share)
-                    .add("staging_ms", sum.staging_ms)
-                    .add("comm_bytes", (long long)sum.comm_bytes)
-                    .add("wire_bytes", (long long)sum.wire_bytes)
-                    .add("saved_bytes", (long long)sum.saved_bytes)
-                    .add_raw("sites", sites_json(sites)));
 }
 
 // group: auto: one step of calibration ends; on the last one, world rank 0 prints the agreed
