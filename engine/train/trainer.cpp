@@ -98,6 +98,32 @@ double sum_over(MPI_Comm comm, double x) {
   return out;
 }
 
+// Which path each group's messages take, so no run falls back to a slower one unseen: the
+// backend that moves them, and how compressed and uncompressed sites use it.
+std::string communication_paths(const std::vector<std::pair<std::string, int>>& groups, bool on_gpu,
+                                bool nccl) {
+  std::string out = "communication:";
+  bool any = false;
+  for (const auto& [name, size] : groups) {
+    if (size <= 1) continue;
+    any = true;
+    out += " " + name + " (" + std::to_string(size) + " ranks)";
+  }
+  if (!any) return out + " none (one rank)";
+  if (!on_gpu)
+    return out +
+           " over MPI in host memory; compressed sites: CPU codecs, two-shot; uncompressed: "
+           "MPI's native collectives";
+  if (nccl)
+    return out +
+           " over NCCL; compressed sites: device codecs, two-shot, pipelined on a communication "
+           "stream; uncompressed: NCCL's native collectives";
+  return out +
+         " over MPI staged through pinned host memory (ranks share a GPU, or backend: mpi); "
+         "compressed sites: device codecs, two-shot; uncompressed: MPI's native collectives on "
+         "the staged copies";
+}
+
 // The one line a run stops with at a non-finite step: what was seen, that nothing was applied or
 // saved, which checkpoint is the newest, and what to do.
 std::string nonfinite_message(int rank, int step, double loss, double norm,
@@ -224,6 +250,14 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
                     "available (use auto or cpu)");
   }
   s.dtype = choose_dtype(config.train.precision, s.device.kind, config.source);
+  if (par.backend == "nccl" && s.device.kind != DeviceKind::cuda) {
+    throw UserError(config.source +
+                    ": parallel.backend: nccl moves device memory, but this run trains on the "
+                    "CPU (" +
+                    (config.train.device == "cpu" ? std::string("train.device: cpu")
+                                                  : std::string("no CUDA device here")) +
+                    "); use backend: mpi or auto");
+  }
   if (s.device.kind == DeviceKind::cuda && s.device.bf16_peak_tflops > 0)
     s.peak_flops = s.device.bf16_peak_tflops * 1e12 * gpus_in_use(ctx.world, s.device.index);
 
@@ -260,6 +294,10 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   s.dp_comm = door(s.grid->dp());
   s.mp_comm = std::make_unique<SiteComm>(data_comm(s.grid->mp()));
   if (par.pp > 1 && s.grid->in_embedding_group()) s.embed_comm = door(s.grid->embedding());
+  if (s.grid->world_rank() == 0) {
+    spdlog::info("{}", communication_paths({{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}}, on_gpu,
+                                           use_nccl));
+  }
   s.tp = par.tp > 1 || par.sequence_parallel
              ? std::make_unique<TensorParallel>(s.tp_comm.get(), par.sequence_parallel)
              : std::make_unique<TensorParallel>();

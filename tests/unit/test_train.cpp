@@ -184,6 +184,17 @@ TEST(TacoTrainCli, ImpossibleValueFromSetExitsTwo) {
   EXPECT_NE(r.output.find("expected"), std::string::npos) << r.output;
 }
 
+// No silent fallback: a backend that cannot move this run's memory is refused, not replaced.
+TEST(TacoTrainCli, NcclBackendOnCpuRanksExitsTwoSayingWhy) {
+  std::string dir = test::scratch_dir("cli_nccl_cpu");
+  auto r = test::run_command("cd " + dir + " && " + taco_train() +
+                             " --set parallel.backend=nccl --set train.device=cpu"
+                             " --set train.steps=1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("parallel.backend: nccl"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("train.device: cpu"), std::string::npos) << r.output;
+}
+
 TEST(TacoTrainCli, MissingDataExitsTwoNamingThePattern) {
   std::string dir = test::scratch_dir("cli_no_data");
   auto r = test::run_command("cd " + dir + " && " + taco_train() +
