@@ -31,13 +31,15 @@ import random
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEBIAN_PYTHON = "/usr/bin/python3"  # has python3-matplotlib where tools/setup.sh ran
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_bench_report as tbr  # noqa: E402  (the table and the plot)
 
 MODELS = {
     "124m": "configs/gpt2-124m.yaml",
@@ -61,11 +63,6 @@ DEFAULT_CODECS = "none,taco,fp8_block,taco-auto"
 # Files a benchmark run leaves in runs/<name>/ (checkpoint.keep = 0 writes no checkpoint); a
 # folder holding anything else is not ours to replace.
 RUN_FILES = {"config.yaml", "log.txt", "metrics.jsonl", "calibration.json"}
-
-# Breakdown of a step, bottom to top in the plot.
-PARTS = ["compute", "wire", "staging", "codec"]
-PART_COLOURS = {"compute": "#4c72b0", "wire": "#dd8452", "staging": "#937860", "codec": "#55a868"}
-
 
 class BadInput(Exception):
     """Exit 2 with this one line."""
@@ -191,7 +188,9 @@ def gpu_count():
         r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return 0
-    return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU ")) if r.returncode == 0 else 0
+    if r.returncode != 0:
+        return 0
+    return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
 
 
 def resolve_device(a):
@@ -277,15 +276,13 @@ def build_command(a, taco_train, model, tp, codec, name, data):
     return cmd
 
 
-def clear_run_folder(folder):
-    """Replace an earlier benchmark run's folder; refuse one holding anything else."""
-    if not os.path.exists(folder):
-        return
-    others = sorted(set(os.listdir(folder)) - RUN_FILES)
-    if others:
-        fail(f"{folder} holds {', '.join(others)}: not a benchmark run's folder; choose another "
-             "--out")
-    shutil.rmtree(folder)
+def check_run_folder(folder):
+    """An earlier benchmark run's folder may be replaced; one holding anything else may not."""
+    if os.path.exists(folder):
+        others = sorted(set(os.listdir(folder)) - RUN_FILES)
+        if others:
+            fail(f"{folder} holds {', '.join(others)}: not a benchmark run's folder; choose "
+                 "another --out")
 
 
 def number(value):
@@ -314,11 +311,6 @@ def read_metrics(path):
     return train, val
 
 
-def mean(values):
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
 def summarize(train, val, steps, warmup, tokens_per_step):
     """The numbers of one run from its per-interval records (one step each at log.every=1)."""
     step_ms = []  # (step, ms) for every step the records cover
@@ -336,20 +328,22 @@ def summarize(train, val, steps, warmup, tokens_per_step):
             times = [ms] * n if ms is not None else []
         step_ms += [(step - n + 1 + i, float(t)) for i, t in enumerate(times)]
         if step - n >= warmup:
-            measured.append(r)
+            measured.append((r, n))
         prev = step
     timed = [ms for s, ms in step_ms if s > warmup]
     if not timed or not measured:
         raise ValueError(f"no step after the {warmup} warm-up steps in metrics.jsonl")
 
     def field(key):
-        values = [number(r.get(key)) for r in measured]
-        if all(v is None for v in values):
+        """Mean per step over the measured records (each weighs the steps it covers)."""
+        pairs = [(number(r.get(key)), n) for r, n in measured]
+        pairs = [(v, n) for v, n in pairs if v is not None]
+        if not pairs:
             missing.add(key)
             return None
-        return mean(values)
+        return sum(v * n for v, n in pairs) / sum(n for _, n in pairs)
 
-    ms_mean = mean([number(r.get("ms")) for r in measured])
+    ms_mean = field("ms")
     comm = field("comm_ms")
     staging, codec = field("staging_ms"), field("codec_ms")
     median = statistics.median(timed)
@@ -391,10 +385,34 @@ def tail(text, lines=15):
     return "\n".join(kept[-lines:])
 
 
+def launch(cmd, env, timeout):
+    """(output, exit code); past `timeout` s the launcher and its ranks (one process group) get
+    SIGTERM, then SIGKILL, so no rank is left running."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, errors="replace", start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        return output, proc.returncode
+    except subprocess.TimeoutExpired:
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                output, _ = proc.communicate(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                output = ""
+        note = f"\ntrain_bench.py: stopped after {timeout:.0f} s (--timeout)\n"
+        return (output or "") + note, 124
+
+
 def run_one(a, taco_train, model, tp, codec, data, env):
     name = run_name(model, tp, codec)
     folder = os.path.join(a.out, "runs", name)
-    clear_run_folder(folder)
+    check_run_folder(folder)
+    shutil.rmtree(folder, ignore_errors=True)
     cmd = build_command(a, taco_train, model, tp, codec, name, data)
     run = {"name": name, "model": model.name, "config": model.config, "tp": tp, "codec": codec,
            "device": a.device, "backend": a.backend, "steps": a.steps, "warmup": a.warmup,
@@ -403,15 +421,7 @@ def run_one(a, taco_train, model, tp, codec, data, env):
            "output": os.path.join(a.out, "runs", name + ".out")}
     print(f"# run {name}: {run['command_line']}", flush=True)
     start = time.monotonic()
-    try:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env=env, timeout=a.timeout, errors="replace")
-        output, code = r.stdout, r.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout or ""
-        output = (out.decode(errors="replace") if isinstance(out, bytes) else out)
-        output += f"\ntrain_bench.py: stopped after {a.timeout:.0f} s (--timeout)\n"
-        code = 124
+    output, code = launch(cmd, env, a.timeout)
     run["wall_s"] = time.monotonic() - start
     run["exit_code"] = code
     with open(run["output"], "w") as f:
@@ -451,166 +461,18 @@ def add_speedups(runs):
         r["baseline"] = b["name"] if b else None
 
 
-# --- report ---------------------------------------------------------------------------------
-
-COLUMNS = [  # header, width, alignment, value
-    ("model", 6, "<", lambda r: r["model"]),
-    ("tp", 3, ">", lambda r: str(r["tp"])),
-    ("codec", 10, "<", lambda r: r["codec"]),
-    ("ms/step", 9, ">", lambda r: fmt(r.get("ms_per_step"), ".2f")),
-    ("tok/s", 8, ">", lambda r: human(r.get("tok_per_s"))),
-    ("comm%", 6, ">", lambda r: fmt(r.get("comm_share"), ".1%")),
-    ("codec_ms", 8, ">", lambda r: fmt(part(r, "codec"), ".2f")),
-    ("wire_ms", 8, ">", lambda r: fmt(part(r, "wire"), ".2f")),
-    ("stage_ms", 8, ">", lambda r: fmt(part(r, "staging"), ".2f")),
-    ("comp_ms", 8, ">", lambda r: fmt(part(r, "compute"), ".2f")),
-    ("wire_MB", 8, ">", lambda r: fmt(mb(r.get("wire_bytes")), ".2f")),
-    ("logic_MB", 8, ">", lambda r: fmt(mb(r.get("logical_bytes")), ".2f")),
-    ("speedup", 7, ">", lambda r: fmt(r.get("speedup"), ".3f")),
-    ("loss", 7, ">", lambda r: fmt(r.get("loss"), ".4f")),
-    ("status", 6, "<", lambda r: r["status"]),
-]
-
-
-def fmt(value, spec):
-    return "-" if value is None else format(value, spec)
-
-
-def mb(value):
-    return None if value is None else value / 1e6
-
-
-def human(value):
-    if value is None:
-        return "-"
-    for div, unit in ((1e6, "M"), (1e3, "k")):
-        if value >= div:
-            return f"{value / div:.1f}{unit}"
-    return f"{value:.0f}"
-
-
-def part(run, name):
-    return (run.get("breakdown_ms") or {}).get(name)
-
-
-def table(runs, args_line):
-    """One row per run, columns aligned (nccl-tests' style: '#' lines are comments)."""
-    def row(cells):
-        return "  ".join(f"{c:{align}{w}}" for c, (_, w, align, _) in zip(cells, COLUMNS))
-
-    lines = [f"# {args_line}",
-             "# ms/step: median after warm-up; *_ms: mean per step over the same steps (wire = "
-             "comm - staging - codec,",
-             "# comp = step - comm); MB per step; speedup = none's ms/step / ms/step; "
-             "'-' = not reported", "#",
-             "# " + row([h for h, _, _, _ in COLUMNS])]
-    lines += ["  " + row([get(r) for _, _, _, get in COLUMNS]) for r in runs]
-    missing = sorted({f for r in runs for f in r.get("missing_fields", [])})
-    if missing:
-        lines.append(f"# this taco-train's metrics.jsonl has no {', '.join(missing)}: those "
-                     "columns show '-' (wire_ms then includes them)")
-    return "\n".join(lines) + "\n"
-
-
-def import_pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def plot(report, png):
-    """ms/step stacked by the breakdown, one bar per run, grouped by setup (model, tp)."""
-    plt = import_pyplot()
-    if plt is None:
-        return False
-    runs = report["runs"]
-    setups = []
-    for r in runs:
-        if (r["model"], r["tp"]) not in setups:
-            setups.append((r["model"], r["tp"]))
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(runs) + 2), 4.5))
-    x, ticks, labels, centres = 0.0, [], [], []
-    drawn, top = set(), 0.0
-    unreported = [p for p in ("staging", "codec")
-                  if all(part(r, p) is None for r in runs if r["status"] == "ok")]
-    names = {p: p for p in PARTS}
-    if unreported:  # today's trainer: the wire segment holds them
-        names["wire"] = "wire (incl. " + " and ".join(unreported) + ": not reported)"
-    for model, tp in setups:
-        group = [r for r in runs if (r["model"], r["tp"]) == (model, tp)]
-        first = x
-        for r in group:
-            ticks.append(x)
-            labels.append(r["codec"])
-            if r["status"] != "ok":
-                ax.text(x, 0, "failed", rotation=90, ha="center", va="bottom", fontsize=8)
-            else:
-                bottom = 0.0
-                for name in PARTS:
-                    h = part(r, name) or 0.0
-                    label = names[name] if name not in drawn | set(unreported) else None
-                    drawn.add(name)
-                    ax.bar(x, h, 0.8, bottom=bottom, color=PART_COLOURS[name], label=label)
-                    bottom += h
-                if part(r, "compute") is None:  # no breakdown: the median alone
-                    ax.bar(x, r["ms_per_step"], 0.8, color="#bbbbbb")
-                ax.plot([x - 0.4, x + 0.4], [r["ms_per_step"]] * 2, color="black", lw=1.5,
-                        label="median" if "median" not in drawn else None)
-                drawn.add("median")
-                top = max(top, bottom, r["ms_per_step"])
-                if r.get("speedup"):
-                    ax.text(x, max(bottom, r["ms_per_step"]), f"{r['speedup']:.2f}x",
-                            ha="center", va="bottom", fontsize=8)
-            x += 1.0
-        centres.append(((first + x - 1.0) / 2, f"{model} tp={tp}"))
-        x += 0.6
-    ax.set_xticks(ticks)
-    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
-    for c, text in centres:
-        ax.annotate(text, (c, 0), xycoords=("data", "axes fraction"), xytext=(0, -42),
-                    textcoords="offset points", ha="center", fontsize=9, weight="bold")
-    ax.set_ylabel("ms per step")
-    ax.set_ylim(0, 1.12 * top if top > 0 else 1.0)
-    device = report.get("device", "?")
-    ax.set_title(f"taco-train ms/step ({device}, {report.get('backend', '?')}): stacked mean "
-                 "breakdown, line = median", fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    return True
-
-
-def plot_command(json_path, png):
-    return f"python3 tools/bench/train_bench.py --plot {json_path} {png}"
-
-
-def render_plot_elsewhere(json_path, png):
-    """A python3 first on PATH (pyenv, a venv) may lack Debian's matplotlib: try Debian's."""
-    here = os.path.realpath(sys.executable)
-    if not os.path.exists(DEBIAN_PYTHON) or here == os.path.realpath(DEBIAN_PYTHON):
-        return False
-    r = subprocess.run([DEBIAN_PYTHON, os.path.abspath(__file__), "--plot", json_path, png],
-                       capture_output=True, text=True)
-    return r.returncode == 0
-
-
 def plot_only(json_path, png):
     try:
         with open(json_path) as f:
-            report = json.load(f)
-        if not isinstance(report, dict) or not isinstance(report.get("runs"), list):
+            data = json.load(f)
+        if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
             fail(f"{json_path}: not a train_bench.py JSON (no 'runs' list)")
     except (OSError, json.JSONDecodeError) as e:
         fail(f"{json_path}: cannot read ({e})")
-    if plot(report, png):
+    if tbr.plot(data, png):
         print(f"plot: {png}")
         return 0
-    if render_plot_elsewhere(json_path, png):
+    if tbr.render_plot_elsewhere(__file__, json_path, png):
         print(f"plot: {png}")
         return 0
     fail("--plot: matplotlib is not importable here; install python3-matplotlib "
@@ -642,15 +504,14 @@ def main(argv):
     else:
         data_for = {m.name: random_shards(a.out, m, a.seed) for m in models}
 
+    plan = [(m, tp, codec) for m in models for tp in a.tp for codec in a.codecs]
+    for m, tp, codec in plan:  # before anything runs
+        check_run_folder(os.path.join(a.out, "runs", run_name(m, tp, codec)))
     env = dict(os.environ)
     if "OMP_NUM_THREADS" not in env:  # the ranks share the cores
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(a.tp)))
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    runs = []
-    for m in models:
-        for tp in a.tp:
-            for codec in a.codecs:
-                runs.append(run_one(a, taco_train, m, tp, codec, data_for[m.name], env))
+    runs = [run_one(a, taco_train, m, tp, codec, data_for[m.name], env) for m, tp, codec in plan]
     add_speedups(runs)
 
     args_line = "train_bench.py " + " ".join(shlex.quote(x) for x in argv)
@@ -666,17 +527,17 @@ def main(argv):
     json_path = os.path.join(a.out, "train_bench.json")
     with open(json_path, "w") as f:
         json.dump(report, f, indent=1)
-    text = table(runs, args_line)
+    text = tbr.table(runs, args_line)
     with open(os.path.join(a.out, "train_bench.txt"), "w") as f:
         f.write(text)
     print(text, end="")
     print(f"# json: {json_path}")
     png = os.path.join(a.out, "train_bench.png")
-    if plot(report, png) or render_plot_elsewhere(json_path, png):
+    if tbr.plot(report, png) or tbr.render_plot_elsewhere(__file__, json_path, png):
         print(f"# plot: {png}")
     else:
         print(f"# plot skipped (matplotlib is not importable); render it later with: "
-              f"{plot_command(json_path, png)}")
+              f"{tbr.plot_command(json_path, png)}")
     failed = [r["name"] for r in runs if r["status"] != "ok"]
     if failed:
         print(f"# {len(failed)} of {len(runs)} runs failed: {', '.join(failed)}")
