@@ -3,14 +3,12 @@
 #include <cmath>
 
 #include "kernels/check.h"
+#include "parallel/vocab_split.h"
 
 namespace taco {
 
 GptDims GptDims::make(int n_layer, int n_head, int d_model, int seq_len, int vocab_size, int tp) {
-  GptDims d{n_layer, n_head, d_model, seq_len, vocab_size, 0};
-  int multiple = tp == 1 ? 64 : 128 * tp;
-  d.padded_vocab = (vocab_size + multiple - 1) / multiple * multiple;
-  return d;
+  return GptDims{n_layer, n_head, d_model, seq_len, vocab_size, padded_vocab_size(vocab_size, tp)};
 }
 
 size_t GptDims::num_params() const {

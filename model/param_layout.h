@@ -26,7 +26,7 @@ struct GptDims {
   int d_model = 0;
   int seq_len = 0;
   int vocab_size = 0;    // real vocabulary
-  int padded_vocab = 0;  // multiple of 64 (tp = 1) or of 128 * tp, so shards stay aligned
+  int padded_vocab = 0;  // padded_vocab_size (parallel/process_grid.h): 64 at tp = 1, 128 * tp
 
   static GptDims make(int n_layer, int n_head, int d_model, int seq_len, int vocab_size, int tp);
   // Parameters of the whole (unsharded) model, padded vocab rows included.

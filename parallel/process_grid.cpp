@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/check.h"
+
 namespace taco {
 
 int grid_world_rank(const GridShape& s, const GridCoord& c) {
@@ -69,8 +71,12 @@ void validate_grid(const GridShape& s, int world_size, const GridModelSizes& m) 
                 "each tensor-parallel rank holds n_head/tp heads");
   check_divides("model.d_model", m.d_model, "parallel.tp", s.tp,
                 "each tensor-parallel rank holds d_model/tp columns");
-  check_divides("model.vocab_size", m.vocab_size, "parallel.tp", s.tp,
-                "each tensor-parallel rank holds vocab_size/tp embedding rows");
+  // No vocab_size % tp check: the layout pads the vocabulary (padded_vocab_size), so 50257
+  // splits over any tp. The padded size must split; a change of the padding rule that broke it
+  // would be our bug, not the user's.
+  TACO_CHECK(padded_vocab_size(m.vocab_size, s.tp) % s.tp == 0,
+             "padded vocabulary " + std::to_string(padded_vocab_size(m.vocab_size, s.tp)) +
+                 " does not split over tp = " + std::to_string(s.tp));
   if (m.sequence_parallel) {
     check_divides("model.seq_len", m.seq_len, "parallel.tp", s.tp,
                   "with parallel.sequence_parallel each tp rank holds seq_len/tp tokens");

@@ -29,6 +29,7 @@
 #include <string>
 
 #include "parallel/mpi_communicator.h"
+#include "parallel/vocab_split.h"
 
 namespace taco {
 
@@ -43,7 +44,7 @@ struct GridModelSizes {
   int n_head = 0;      // % tp: each tp rank owns n_head/tp attention heads
   int d_model = 0;     // % tp: column/row-parallel shards of the hidden dimension
   int n_layer = 0;     // % pp: each stage owns n_layer/pp blocks
-  int vocab_size = 0;  // % tp: vocab-parallel embedding (pass the padded vocab if the model pads)
+  int vocab_size = 0;  // the real vocabulary: padded_vocab_size splits it over any tp
   int seq_len = 0;     // % tp, only with sequence_parallel: each tp rank owns seq_len/tp tokens
   bool sequence_parallel = false;
 };
@@ -63,7 +64,8 @@ GridCoord grid_coord(const GridShape& shape, int world_rank);
 std::string layout_string(const GridShape& shape);
 
 // Throws taco::UserError with one line for the first problem: an axis below 1, world size !=
-// dp*pp*tp, or a model size that the layout does not divide.
+// dp*pp*tp, or a model size that the layout does not divide (the vocabulary always divides once
+// padded).
 void validate_grid(const GridShape& shape, int world_size, const GridModelSizes& model = {});
 
 class ProcessGrid {
