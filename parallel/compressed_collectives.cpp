@@ -1,6 +1,7 @@
 #include "parallel/compressed_collectives.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -10,6 +11,21 @@
 namespace taco {
 
 namespace {
+
+// Adds the host time of its scope to `seconds` (the codec share of a call).
+class CodecTime {
+ public:
+  explicit CodecTime(CompressedCall& call) : call_(call), t0_(std::chrono::steady_clock::now()) {}
+  ~CodecTime() {
+    call_.codec_timed = true;
+    call_.codec_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  CompressedCall& call_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 const float* as_f32(const void* p, int64_t offset) { return static_cast<const float*>(p) + offset; }
 const bf16* as_bf16(const void* p, int64_t offset) { return static_cast<const bf16*>(p) + offset; }
@@ -101,7 +117,11 @@ int64_t CompressedCollectives::encode_chunks(const Codec& codec, const void* x, 
   for (size_t c = 0; c < chunks.shape.size(); ++c) {
     const MessageShape s = chunks.shape[c];
     uint8_t* out = buf + c * slot;
-    const EncodeResult r = encode_into_slot(codec, x, dtype, chunks.offset[c], s, out, slot);
+    EncodeResult r;
+    {
+      const CodecTime timed(call);
+      r = encode_into_slot(codec, x, dtype, chunks.offset[c], s, out, slot);
+    }
     call.nonfinite_values += r.nonfinite_values;
     poisoned += r.nonfinite_groups;
     if (measure && s.count() > 0) {
@@ -126,6 +146,7 @@ size_t CompressedCollectives::reduce_chunks(const Codec& codec, const void* x, D
   comm_.all_to_all(send_.data(), recv_.data(), slot, DType::u8, nullptr);
   const size_t mine_bytes = codec.max_encoded_size(mine, dtype);
   std::fill(acc, acc + mine.count(), 0.f);
+  const CodecTime timed(call);
   for (int r = 0; r < p; ++r) {
     call.nonfinite_groups +=
         codec.decode_accumulate(recv_.data() + size_t(r) * slot, mine_bytes, mine, acc, where)
@@ -142,10 +163,14 @@ size_t CompressedCollectives::gather_chunks(const Codec& codec, const void* mine
   const size_t slot = slot_size(codec, chunks, in_dtype);
   send_.resize(size_t(p) * slot);
   uint8_t* own = send_.data() + size_t(me) * slot;
-  const EncodeResult r =
-      encode_into_slot(codec, mine_data, in_dtype, 0, chunks.shape[size_t(me)], own, slot);
+  EncodeResult r;
+  {
+    const CodecTime timed(call);
+    r = encode_into_slot(codec, mine_data, in_dtype, 0, chunks.shape[size_t(me)], own, slot);
+  }
   if (nonfinite_values) *nonfinite_values += r.nonfinite_values;
   comm_.all_gather(own, send_.data(), slot, DType::u8, nullptr);
+  const CodecTime timed(call);
   for (int c = 0; c < p; ++c) {
     const MessageShape s = chunks.shape[size_t(c)];
     call.nonfinite_groups +=
@@ -241,6 +266,7 @@ CompressedCall CompressedCollectives::recv(const Codec& codec, void* x, DType dt
   const size_t bytes = codec.max_encoded_size(shape, dtype);
   recv_.resize(bytes);
   comm_.recv(recv_.data(), bytes, DType::u8, peer, tag, nullptr);
+  const CodecTime timed(call);
   call.nonfinite_groups =
       decode_at(codec, recv_.data(), bytes, shape, x, dtype, 0, where).nonfinite_groups;
   return call;
@@ -258,6 +284,7 @@ CompressedCall CompressedCollectives::send_recv(const Side& out, int dst, const 
   encode_chunks(*out.codec, out.data, dtype, one, out_bytes, send_.data(), call, measure);
   comm_.send_recv(send_.data(), out_bytes, dst, recv_.data(), in_bytes, src, DType::u8, tag,
                   nullptr);
+  const CodecTime timed(call);
   call.nonfinite_groups =
       decode_at(*in.codec, recv_.data(), in_bytes, in.shape, in.data, dtype, 0, in.where)
           .nonfinite_groups;

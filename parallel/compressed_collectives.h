@@ -41,6 +41,10 @@ struct CompressedCall {
   // encoding (no extra communication); measured = false otherwise.
   bool measured = false;
   double error_sq = 0, signal_sq = 0;
+  // Time in the codecs: host time of encodes and decodes on the host path (every call); device
+  // time of the codec kernels on the device path (measured calls only, else 0).
+  double codec_seconds = 0;
+  bool codec_timed = false;  // whether codec_seconds was taken
 };
 
 class CompressedCollectives {

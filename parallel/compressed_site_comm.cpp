@@ -143,6 +143,8 @@ void CompressedSiteComm::record(const char* site, CommOp native, size_t logical,
   s.compressed_calls += 1;
   s.saved_bytes += bytes_sent_estimate(native, logical, size()) - int64_t(call.wire_bytes);
   s.nonfinite_groups += call.nonfinite_groups;
+  s.codec_seconds += call.codec_seconds;
+  s.codec_timed_calls += call.codec_timed ? 1 : 0;
   if (call.measured) {
     s.error_samples += 1;
     s.error_sq += call.error_sq;

@@ -104,9 +104,10 @@ struct PiecePlan {
 
 DeviceCompressedCollectives::~DeviceCompressedCollectives() = default;
 
-DevicePipeline& DeviceCompressedCollectives::begin(Stream stream, size_t status_words) {
+DevicePipeline& DeviceCompressedCollectives::begin(Stream stream, size_t status_words,
+                                                   bool timing) {
   if (!device_) device_ = std::make_unique<DevicePipeline>(comm_);
-  device_->begin(stream, status_words);
+  device_->begin(stream, status_words, timing);
   return *device_;
 }
 
@@ -259,8 +260,8 @@ size_t check_words(bool measure, const Plans& plans) {
 // The first two stages of all_reduce and reduce_scatter: the chunks of each piece of `x`
 // encoded into their slots of `send` (caller's stream), then all_to_all into `recv`. The stages
 // keep pointers to the arguments, which must outlive the pipeline's run.
-// With a self-check, each piece's encodings are checked right after they are written (the
-// input is intact until the piece's own last stage).
+// With a self-check, each piece's encodings are checked in the stage after the encode (the
+// input is intact until the piece's own last stage); that stage is not timed as codec work.
 std::vector<Stage> encode_and_all_to_all(const Codec& codec, const void* x, DType dtype,
                                          const Plans& plans, uint8_t* send, uint8_t* recv,
                                          DevicePipeline& d, Communicator& comm,
@@ -274,8 +275,13 @@ std::vector<Stage> encode_and_all_to_all(const Codec& codec, const void* x, DTyp
            [=](int j, cudaStream_t s) {
              const PiecePlan& pl = ps->pieces[size_t(j)];
              encode_chunks(*c, x, dtype, pl, send + pl.at, s, pipeline->encoded_nan());
-             check_chunks(*pipeline, check, *c, x, dtype, pl, send + pl.at, *at, s);
            }},
+          {false,
+           [=](int j, cudaStream_t s) {
+             const PiecePlan& pl = ps->pieces[size_t(j)];
+             check_chunks(*pipeline, check, *c, x, dtype, pl, send + pl.at, *at, s);
+           },
+           /*timed=*/false},
           {true, [=](int j, cudaStream_t s) {
              const PiecePlan& pl = ps->pieces[size_t(j)];
              group->all_to_all(send + pl.at, recv + pl.at, pl.slot, DType::u8, s);
@@ -292,7 +298,8 @@ CompressedCall DeviceCompressedCollectives::all_reduce(const Codec& codec, void*
   const Plans plans = plan_pieces(codec, shape, 1, p, me, pieces_, dtype, /*shot_two=*/true);
   const int pieces = int(plans.pieces.size());
   // Status words: one decode-sum-encode and p decodes per piece, and the self-check's.
-  DevicePipeline& d = begin(stream, size_t(pieces) * size_t(p + 1) + check_words(measure, plans));
+  DevicePipeline& d =
+      begin(stream, size_t(pieces) * size_t(p + 1) + check_words(measure, plans), measure);
   const SelfCheck check = start_self_check(d, measure, shape.count(), DType::f32, d.stream());
   uint8_t* send = d.send.get(plans.wire);
   uint8_t* recv = d.recv.get(plans.wire);
@@ -328,10 +335,12 @@ CompressedCall DeviceCompressedCollectives::all_reduce(const Codec& codec, void*
                        decode_chunks(d, codec, plan(j), gather + plan(j).at2, plan(j).slot2,
                                      DType::f32, x, dtype, where, s);
                      }};
-  d.run(pieces, {shot_one[0], shot_one[1], reduce, all_gather, decode});
+  d.run(pieces, {shot_one[0], shot_one[1], shot_one[2], reduce, all_gather, decode});
   const DevicePipeline::Counters counted = d.finish();
 
   CompressedCall call;
+  call.codec_seconds = counted.codec_seconds;
+  call.codec_timed = measure;
   call.nonfinite_groups = counted.decoded_nan_groups;  // counted on the result only
   for (const PiecePlan& pl : plans.pieces) call.wire_bytes += size_t(p - 1) * (pl.slot + pl.slot2);
   finish_self_check(check, call);
@@ -349,7 +358,8 @@ CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec& codec, c
   const int64_t unit = full.rows == 1 ? 1 : full.cols;  // elements per row of a piece
   const Plans plans = plan_pieces(codec, full, p, p, me, pieces_, dtype, /*shot_two=*/false);
   const int pieces = int(plans.pieces.size());
-  DevicePipeline& d = begin(stream, size_t(pieces) * size_t(p) + check_words(measure, plans));
+  DevicePipeline& d =
+      begin(stream, size_t(pieces) * size_t(p) + check_words(measure, plans), measure);
   const SelfCheck check = start_self_check(d, measure, full.count(), DType::f32, d.stream());
   uint8_t* send = d.send.get(plans.wire);
   uint8_t* recv = d.recv.get(plans.wire);
@@ -379,10 +389,12 @@ CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec& codec, c
         }
         if (staging && n > 0) cuda::convert_f32_to_bf16(reinterpret_cast<bf16*>(dst), acc, n, s);
       }};
-  d.run(pieces, {shot_one[0], shot_one[1], reduce});
+  d.run(pieces, {shot_one[0], shot_one[1], shot_one[2], reduce});
   const DevicePipeline::Counters counted = d.finish();
 
   CompressedCall call;
+  call.codec_seconds = counted.codec_seconds;
+  call.codec_timed = measure;
   call.nonfinite_groups = counted.decoded_nan_groups;
   for (const PiecePlan& pl : plans.pieces) call.wire_bytes += size_t(p - 1) * pl.slot;
   finish_self_check(check, call);
@@ -399,7 +411,7 @@ CompressedCall DeviceCompressedCollectives::all_gather(const Codec& codec, const
   const int64_t unit = full.rows == 1 ? 1 : full.cols;
   const Plans plans = plan_pieces(codec, full, p, p, me, pieces_, dtype, /*shot_two=*/false);
   const int pieces = int(plans.pieces.size());
-  DevicePipeline& d = begin(stream, size_t(pieces) * size_t(p + (measure ? 1 : 0)));
+  DevicePipeline& d = begin(stream, size_t(pieces) * size_t(p + (measure ? 1 : 0)), measure);
   const int64_t shard = full.count() / p;
   // The own block is measured as every rank decodes it: in the message's dtype.
   const SelfCheck check = start_self_check(d, measure, shard, dtype, d.stream());
@@ -413,9 +425,15 @@ CompressedCall DeviceCompressedCollectives::all_gather(const Codec& codec, const
                        uint8_t* own = gather + pl.at + size_t(me) * pl.slot;
                        encode_into_slot(codec, element(in, pl.piece.begin * unit, dtype), dtype,
                                         mine, own, pl.slot, s, d.encoded_nan());
-                       check_chunk(d, check, codec, in, dtype, pl.piece.begin * unit, mine, own,
-                                   where, s);
                      }};
+  const Stage self_check{false,
+                         [&](int j, cudaStream_t s) {
+                           const PiecePlan& pl = plan(j);
+                           check_chunk(d, check, codec, in, dtype, pl.piece.begin * unit,
+                                       pl.chunks.shape[size_t(me)],
+                                       gather + pl.at + size_t(me) * pl.slot, where, s);
+                         },
+                         /*timed=*/false};
   const Stage exchange{true, [&](int j, cudaStream_t s) {
                          const PiecePlan& pl = plan(j);
                          comm_.all_gather(gather + pl.at + size_t(me) * pl.slot, gather + pl.at,
@@ -425,10 +443,12 @@ CompressedCall DeviceCompressedCollectives::all_gather(const Codec& codec, const
                        decode_chunks(d, codec, plan(j), gather + plan(j).at, plan(j).slot, dtype,
                                      out, dtype, where, s);
                      }};
-  d.run(pieces, {encode, exchange, decode});
+  d.run(pieces, {encode, self_check, exchange, decode});
   const DevicePipeline::Counters counted = d.finish();
 
   CompressedCall call;
+  call.codec_seconds = counted.codec_seconds;
+  call.codec_timed = measure;
   call.nonfinite_groups = counted.decoded_nan_groups;
   for (const PiecePlan& pl : plans.pieces) call.wire_bytes += size_t(p - 1) * pl.slot;
   finish_self_check(check, call);
@@ -442,7 +462,7 @@ CompressedCall DeviceCompressedCollectives::send(const Codec& codec, const void*
                                                  bool measure, Stream stream) {
   CompressedCollectives::check_dtype(dtype);
   const Plans plans = plan_pieces(codec, shape, 1, 1, 0, pieces_, dtype, false);
-  DevicePipeline& d = begin(stream, check_words(measure, plans));
+  DevicePipeline& d = begin(stream, check_words(measure, plans), measure);
   const SelfCheck check = start_self_check(d, measure, shape.count(), DType::f32, d.stream());
   uint8_t* buf = d.send.get(plans.wire);
   auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
@@ -450,15 +470,22 @@ CompressedCall DeviceCompressedCollectives::send(const Codec& codec, const void*
   const Stage encode{false, [&](int j, cudaStream_t s) {
                        encode_chunks(codec, x, dtype, plan(j), buf + plan(j).at, s,
                                      d.encoded_nan());
-                       check_chunks(d, check, codec, x, dtype, plan(j), buf + plan(j).at, where, s);
                      }};
+  const Stage self_check{false,
+                         [&](int j, cudaStream_t s) {
+                           check_chunks(d, check, codec, x, dtype, plan(j), buf + plan(j).at, where,
+                                        s);
+                         },
+                         /*timed=*/false};
   const Stage transfer{true, [&](int j, cudaStream_t s) {
                          comm_.send(buf + plan(j).at, plan(j).slot, DType::u8, peer, tag, s);
                        }};
-  d.run(int(plans.pieces.size()), {encode, transfer});
+  d.run(int(plans.pieces.size()), {encode, self_check, transfer});
   const DevicePipeline::Counters counted = d.finish();
 
   CompressedCall call;
+  call.codec_seconds = counted.codec_seconds;
+  call.codec_timed = measure;
   call.nonfinite_groups = counted.encoded_nan_groups;  // the groups it sent as NaN
   call.wire_bytes = plans.wire;
   finish_self_check(check, call);
@@ -496,17 +523,24 @@ CompressedCall DeviceCompressedCollectives::send_recv(const Side& out, int dst, 
   // sends or receives nothing (count 0), and its peer, whose counts are the same mirrored, does
   // likewise.
   const size_t n_out = outs.pieces.size(), n_in = ins.pieces.size();
-  DevicePipeline& d = begin(stream, n_in + check_words(measure, outs));
+  DevicePipeline& d = begin(stream, n_in + check_words(measure, outs), measure);
   const SelfCheck check = start_self_check(d, measure, out.shape.count(), DType::f32, d.stream());
   uint8_t* send_buf = d.send.get(outs.wire);
   uint8_t* recv_buf = d.recv.get(ins.wire);
-  const Stage encode{
-      false, [&](int j, cudaStream_t s) {
-        if (size_t(j) >= n_out) return;
-        const PiecePlan& pl = outs.pieces[size_t(j)];
-        encode_chunks(*out.codec, out.data, dtype, pl, send_buf + pl.at, s, d.encoded_nan());
-        check_chunks(d, check, *out.codec, out.data, dtype, pl, send_buf + pl.at, out.where, s);
-      }};
+  const Stage encode{false, [&](int j, cudaStream_t s) {
+                       if (size_t(j) >= n_out) return;
+                       const PiecePlan& pl = outs.pieces[size_t(j)];
+                       encode_chunks(*out.codec, out.data, dtype, pl, send_buf + pl.at, s,
+                                     d.encoded_nan());
+                     }};
+  const Stage self_check{false,
+                         [&](int j, cudaStream_t s) {
+                           if (size_t(j) >= n_out) return;
+                           const PiecePlan& pl = outs.pieces[size_t(j)];
+                           check_chunks(d, check, *out.codec, out.data, dtype, pl, send_buf + pl.at,
+                                        out.where, s);
+                         },
+                         /*timed=*/false};
   const Stage exchange{true, [&](int j, cudaStream_t s) {
                          const bool sends = size_t(j) < n_out, receives = size_t(j) < n_in;
                          const PiecePlan* o = sends ? &outs.pieces[size_t(j)] : nullptr;
@@ -521,10 +555,12 @@ CompressedCall DeviceCompressedCollectives::send_recv(const Side& out, int dst, 
                        decode_chunks(d, *in.codec, pl, recv_buf + pl.at, pl.slot, dtype, in.data,
                                      dtype, in.where, s);
                      }};
-  d.run(int(std::max(n_out, n_in)), {encode, exchange, decode});
+  d.run(int(std::max(n_out, n_in)), {encode, self_check, exchange, decode});
   const DevicePipeline::Counters counted = d.finish();
 
   CompressedCall call;
+  call.codec_seconds = counted.codec_seconds;
+  call.codec_timed = measure;
   call.nonfinite_groups = counted.decoded_nan_groups;
   call.wire_bytes = outs.wire;
   finish_self_check(check, call);
@@ -537,7 +573,7 @@ class DevicePipeline {};
 
 DeviceCompressedCollectives::~DeviceCompressedCollectives() = default;
 
-DevicePipeline& DeviceCompressedCollectives::begin(Stream, size_t) {
+DevicePipeline& DeviceCompressedCollectives::begin(Stream, size_t, bool) {
   throw UserError(
       "compressed collectives on device buffers: this build has no CUDA; keep the tensors in "
       "host memory (CompressedCollectives) or rebuild with CUDA");

@@ -117,7 +117,8 @@ class DeviceCompressedCollectives {
  private:
   // The streams, buffers and status words of a call on `stream` (parallel/device_pipeline.h),
   // made on first use; UserError in a build without CUDA.
-  DevicePipeline& begin(Stream stream, size_t status_words);
+  // `timing` (measured calls): the codec stages are timed on the device.
+  DevicePipeline& begin(Stream stream, size_t status_words, bool timing = false);
 
   Communicator& comm_;
   int pieces_;

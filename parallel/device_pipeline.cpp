@@ -44,11 +44,14 @@ DevicePipeline::DevicePipeline(Communicator& comm) : comm_(comm) {
 
 DevicePipeline::~DevicePipeline() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
 }
 
-void DevicePipeline::begin(cudaStream_t stream, size_t status_words) {
+void DevicePipeline::begin(cudaStream_t stream, size_t status_words, bool timing) {
   stream_ = stream;
+  timing_ = timing;
+  timed_pairs_ = 0;
   decodes_.clear();
   status_capacity_ = status_words;
   const size_t bytes = 2 * sizeof(int64_t) + status_words * sizeof(uint32_t);
@@ -73,6 +76,15 @@ cudaEvent_t DevicePipeline::event(size_t i) {
   return events_[i];
 }
 
+cudaEvent_t DevicePipeline::timing_event(size_t i) {
+  while (timing_events_.size() <= i) {
+    cudaEvent_t e;
+    TACO_CHECK_CUDA(cudaEventCreate(&e));
+    timing_events_.push_back(e);
+  }
+  return timing_events_[i];
+}
+
 void DevicePipeline::run(int pieces, const std::vector<Stage>& stages) {
   const int T = int(stages.size());
   // The inputs, and any earlier collective on the same communicator (NCCL must not run two at
@@ -89,7 +101,11 @@ void DevicePipeline::run(int pieces, const std::vector<Stage>& stages) {
       const cudaStream_t s = stage.on_comm_stream ? comm_stream_ : stream_;
       if (t > 0 && stages[size_t(t - 1)].on_comm_stream != stage.on_comm_stream)
         TACO_CHECK_CUDA(cudaStreamWaitEvent(s, done(j, t - 1), 0));
+      const bool timed = timing_ && stage.timed && !stage.on_comm_stream;
+      // Recorded after the wait above: the pair spans this stage's own work on the stream.
+      if (timed) TACO_CHECK_CUDA(cudaEventRecord(timing_event(2 * timed_pairs_), s));
       stage.run(j, s);
+      if (timed) TACO_CHECK_CUDA(cudaEventRecord(timing_event(2 * timed_pairs_++ + 1), s));
       TACO_CHECK_CUDA(cudaEventRecord(done(j, t), s));
     }
   }
@@ -103,6 +119,12 @@ DevicePipeline::Counters DevicePipeline::finish() {
   Counters c;
   std::memcpy(&c.encoded_nan_groups, w.data(), sizeof(int64_t));
   std::memcpy(&c.decoded_nan_groups, w.data() + sizeof(int64_t), sizeof(int64_t));
+  for (size_t i = 0; i < timed_pairs_; ++i) {
+    float ms = 0;
+    TACO_CHECK_CUDA(cudaEventElapsedTime(&ms, timing_events_[2 * i], timing_events_[2 * i + 1]));
+    c.codec_seconds += ms * 1e-3;
+  }
+  timed_pairs_ = 0;
   for (size_t i = 0; i < decodes_.size(); ++i) {
     uint32_t s;
     std::memcpy(&s, w.data() + 2 * sizeof(int64_t) + sizeof(uint32_t) * i, sizeof s);

@@ -46,9 +46,12 @@ class DeviceBuffer {
 class DevicePipeline {
  public:
   // The work of one stage for piece `piece`, queued on `stream`.
+  // With timing on, the caller-stream stages that are `timed` (the codec kernels) are timed
+  // with device events; the self-check of a measured call is a stage of its own, untimed.
   struct Stage {
     bool on_comm_stream;
     std::function<void(int piece, cudaStream_t stream)> run;
+    bool timed = true;
   };
   // What a status word covers: `count` messages at first + i * stride, `size` bytes each, all
   // of `shape`, checked by `codec` for the site and rank of `where`.
@@ -64,6 +67,7 @@ class DevicePipeline {
   struct Counters {
     int64_t encoded_nan_groups = 0;  // groups the encodes marked NaN (encoded_nan())
     int64_t decoded_nan_groups = 0;  // groups the decodes gave as NaN (decoded_nan())
+    double codec_seconds = 0;        // device time of the timed stages (timing on only)
   };
 
   explicit DevicePipeline(Communicator& comm);
@@ -71,7 +75,8 @@ class DevicePipeline {
   DevicePipeline(const DevicePipeline&) = delete;
   DevicePipeline& operator=(const DevicePipeline&) = delete;
 
-  void begin(cudaStream_t stream, size_t status_words);
+  // `timing`: time this call's codec stages (a few device events per piece; logged steps).
+  void begin(cudaStream_t stream, size_t status_words, bool timing = false);
   cudaStream_t stream() const { return stream_; }
   // Device counters for the codecs' nonfinite_groups arguments.
   int64_t* encoded_nan() { return counters_; }
@@ -87,12 +92,16 @@ class DevicePipeline {
 
  private:
   cudaEvent_t event(size_t i);
+  cudaEvent_t timing_event(size_t i);
   [[noreturn]] void throw_rejected(const DecodeOp& op, uint32_t status);
 
   Communicator& comm_;
   cudaStream_t comm_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the caller's, for this call
   std::vector<cudaEvent_t> events_;
+  bool timing_ = false;
+  std::vector<cudaEvent_t> timing_events_;  // with timing, in (start, end) pairs
+  size_t timed_pairs_ = 0;
   DeviceBuffer words_;  // the counters, then the status words
   int64_t* counters_ = nullptr;
   uint32_t* status_ = nullptr;

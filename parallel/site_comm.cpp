@@ -30,6 +30,8 @@ SiteCommStats& SiteCommStats::operator+=(const SiteCommStats& o) {
   error_samples += o.error_samples;
   error_sq += o.error_sq;
   signal_sq += o.signal_sq;
+  codec_seconds += o.codec_seconds;
+  codec_timed_calls += o.codec_timed_calls;
   return *this;
 }
 

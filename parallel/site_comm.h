@@ -29,6 +29,8 @@ struct SiteCommStats {
   int64_t nonfinite_groups = 0;  // groups sent or received as NaN (non-finite input)
   int64_t error_samples = 0;
   double error_sq = 0, signal_sq = 0;
+  double codec_seconds = 0;       // CompressedCall::codec_seconds summed
+  int64_t codec_timed_calls = 0;  // calls whose codec time was taken
 
   // sqrt(error_sq / signal_sq) pooled over the samples; NaN before any sample.
   double relative_l2() const;

@@ -21,7 +21,8 @@ IntervalSummary LogInterval::summarize(int64_t tokens_per_step, double flops_per
   IntervalSummary r;
   r.steps = int(samples_.size());
   if (r.steps == 0) return r;
-  double comm = 0, staging = 0, loss = 0, bytes = 0, wire = 0, saved = 0;
+  double comm = 0, staging = 0, loss = 0, bytes = 0, wire = 0, saved = 0, codec = 0;
+  int codec_steps = 0;
   for (const StepSample& s : samples_) {
     r.seconds += s.seconds;
     r.step_ms.push_back(s.seconds * 1e3);
@@ -31,7 +32,12 @@ IntervalSummary LogInterval::summarize(int64_t tokens_per_step, double flops_per
     bytes += double(s.comm_bytes);
     wire += double(s.wire_bytes);
     saved += double(s.saved_bytes);
+    if (s.codec_timed) {
+      codec += s.codec_seconds;
+      ++codec_steps;
+    }
   }
+  if (codec_steps > 0) r.codec_ms = codec * 1e3 / codec_steps;
   const double n = r.steps;
   r.ms_per_step = r.seconds * 1e3 / n;
   r.loss = loss / n;
@@ -117,6 +123,7 @@ void log_interval(int step, int steps, double lr, double norm, const IntervalSum
   metrics.write(r.add("comm_ms", sum.comm_ms)
                     .add("comm_share", sum.comm_share)
                     .add("staging_ms", sum.staging_ms)
+                    .add("codec_ms", sum.codec_ms >= 0 ? sum.codec_ms : std::nan(""))
                     .add("comm_bytes", (long long)sum.comm_bytes)
                     .add("wire_bytes", (long long)sum.wire_bytes)
                     .add("saved_bytes", (long long)sum.saved_bytes)

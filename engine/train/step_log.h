@@ -24,9 +24,13 @@ struct StepSample {
   double loss = 0;             // mean over the global batch
   double comm_seconds = 0;     // host time inside the step's collectives, summed over groups
   double staging_seconds = 0;  // of which device<->host staging copies (host-staged backend)
-  int64_t comm_bytes = 0;      // logical bytes of the step's collectives
-  int64_t wire_bytes = 0;      // what this rank put on the wire
-  int64_t saved_bytes = 0;     // what compression saved against the native collectives
+  // Codec time (compressed calls): host time on CPU ranks, device kernel time on GPUs, where it
+  // is taken on logged steps only; codec_timed says whether this step took it.
+  double codec_seconds = 0;
+  bool codec_timed = false;
+  int64_t comm_bytes = 0;   // logical bytes of the step's collectives
+  int64_t wire_bytes = 0;   // what this rank put on the wire
+  int64_t saved_bytes = 0;  // what compression saved against the native collectives
 };
 
 // The mean of an interval's steps, and their rates.
@@ -38,7 +42,8 @@ struct IntervalSummary {
   double tokens_per_s = 0;  // tokens of every step / seconds
   double mfu = 0;           // model flops / (seconds * peak of every GPU used); 0 if unknown
   double comm_share = 0;    // comm seconds / seconds
-  double comm_ms = 0, staging_ms = 0;                      // per step
+  double comm_ms = 0, staging_ms = 0;  // per step
+  double codec_ms = -1;                // per step, over the steps that timed it; -1 if none did
   double comm_bytes = 0, wire_bytes = 0, saved_bytes = 0;  // per step
   std::vector<double> step_ms;                             // each step's own time, in order
 };

@@ -633,6 +633,8 @@ TrainHistory Trainer::run() {
     for (const auto& c : s.device_comms)
       sample.staging_seconds += c->stats().total().staging_seconds;
     sample.comm_seconds = comm.seconds;
+    sample.codec_seconds = comm.codec_seconds;
+    sample.codec_timed = comm.codec_timed_calls > 0;
     sample.comm_bytes = comm.logical_bytes;
     sample.wire_bytes = comm.wire_bytes;
     sample.saved_bytes = comm.saved_bytes;
