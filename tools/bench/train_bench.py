@@ -6,10 +6,11 @@ For each setup (model x tensor-parallel size) and codec it runs
     mpirun -np TP build/taco-train CONFIG --set parallel.tp=TP --set parallel.backend=mpi ...
 
 on random-token shards it writes itself (or --data-train/--data-val), one micro-batch per step
-(B16 x T1024 for the GPT-2 configs), and reads runs/<name>/metrics.jsonl (one record per step
-with log.every=1). Per run: the steady-state ms/step (median of the step times after --warmup),
+(B16 x T1024 for the GPT-2 configs), logged every --log-every steps as a user trains, and reads
+runs/<name>/metrics.jsonl (one record per logged step, listing every step's time since the last
+one). Per run: the steady-state ms/step (median of the step times after --warmup),
 tokens/s, communication share, wire and logical bytes per step, speedup over `none` of the same
-setup (none_ms / ms), the loss after --steps, and the breakdown of a step (means over the same
+setup (none_ms / ms), a logged step's time over an unlogged one's, the loss after --steps, and the breakdown of a step (means over the same
 steps): codec kernels, wire (comm - staging - codec), staging copies, compute (step - comm).
 
 Output: a table on stdout (also OUT/train_bench.txt), OUT/train_bench.json with every number
@@ -87,6 +88,9 @@ def parse_args(argv):
     p.add_argument("--codecs", default=DEFAULT_CODECS, help=f"[{DEFAULT_CODECS}]")
     p.add_argument("--steps", type=int, default=40, help="optimizer steps per run [40]")
     p.add_argument("--warmup", type=int, default=10, help="steps left out of the statistics [10]")
+    p.add_argument("--log-every", type=int, default=10,
+                   help="log.every of each run, as a user trains [10]; the last step of each "
+                        "interval is the logged one, which measures the codec error")
     p.add_argument("--build", default="build", help="build folder holding taco-train [build]")
     p.add_argument("--out", default="train-bench", help="output folder [train-bench]")
     p.add_argument("--device", default="auto", choices=["cpu", "cuda", "auto"])
@@ -260,7 +264,7 @@ def build_command(a, taco_train, model, tp, codec, name, data):
         f"train.global_batch_tokens={model.tokens_per_step}",  # one micro-batch per step
         f"train.device={a.device}", "train.precision=auto",  # bf16 on cuda, fp32 on cpu
         "checkpoint.keep=0", f"run.name={name}", f"run.dir={runs}",
-        "log.every=1", "log.eval_every=0", "log.eval_batches=1",
+        f"log.every={a.log_every}", "log.eval_every=0", "log.eval_batches=1",
         f"data.train={data[0]}", f"data.val={data[1]}",
     ] + CODECS[codec] + a.set
     cmd = [a.mpirun, "-np", str(tp)]
@@ -314,6 +318,7 @@ def read_metrics(path):
 def summarize(train, val, steps, warmup, tokens_per_step):
     """The numbers of one run from its per-interval records (one step each at log.every=1)."""
     step_ms = []  # (step, ms) for every step the records cover
+    logged_ms, unlogged_ms = [], []  # after warm-up: the logged steps, and the others
     measured = []  # records wholly after warm-up: their means are per-step means
     prev = 0
     missing = set()
@@ -327,6 +332,9 @@ def summarize(train, val, steps, warmup, tokens_per_step):
             ms = number(r.get("ms"))
             times = [ms] * n if ms is not None else []
         step_ms += [(step - n + 1 + i, float(t)) for i, t in enumerate(times)]
+        if times and step > warmup:
+            logged_ms.append(float(times[-1]))  # the record's own step is the logged one
+            unlogged_ms += [float(t) for i, t in enumerate(times[:-1]) if step - n + 1 + i > warmup]
         if step - n >= warmup:
             measured.append((r, n))
         prev = step
@@ -374,6 +382,11 @@ def summarize(train, val, steps, warmup, tokens_per_step):
         "loss": number(last.get("loss")),
         "val_loss": number(val[-1].get("val_loss")) if val else None,
         "step_ms": [ms for _, ms in step_ms],
+        # A logged step (it measures the codec error) against the median unlogged one.
+        "logged_ms": statistics.median(logged_ms) if logged_ms else None,
+        "unlogged_ms": statistics.median(unlogged_ms) if unlogged_ms else None,
+        "logged_ratio": (statistics.median(logged_ms) / statistics.median(unlogged_ms)
+                         if logged_ms and unlogged_ms else None),
         "sites": last.get("sites") if isinstance(last.get("sites"), dict) else None,
         "missing_fields": sorted(missing),
     }

@@ -24,6 +24,7 @@ COLUMNS = [  # header, width, alignment, value
     ("wire_MB", 8, ">", lambda r: fmt(mb(r.get("wire_bytes")), ".2f")),
     ("logic_MB", 8, ">", lambda r: fmt(mb(r.get("logical_bytes")), ".2f")),
     ("speedup", 7, ">", lambda r: fmt(r.get("speedup"), ".3f")),
+    ("logged", 6, ">", lambda r: fmt(r.get("logged_ratio"), ".3f")),
     ("loss", 7, ">", lambda r: fmt(r.get("loss"), ".4f")),
     ("status", 6, "<", lambda r: r["status"]),
 ]
@@ -58,7 +59,8 @@ def table(runs, args_line):
     lines = [f"# {args_line}",
              "# ms/step: median after warm-up; *_ms: mean per step over the same steps (wire = "
              "comm - staging - codec,",
-             "# comp = step - comm); MB per step; speedup = none's ms/step / ms/step; "
+             "# comp = step - comm); MB per step; speedup = none's ms/step / ms/step; logged = a "
+             "logged step's median time / an unlogged one's; "
              "'-' = not reported", "#",
              "# " + row([h for h, _, _, _ in COLUMNS])]
     lines += ["  " + row([get(r) for _, _, _, get in COLUMNS]) for r in runs]
