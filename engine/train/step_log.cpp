@@ -130,6 +130,30 @@ void log_interval(int step, int steps, double lr, double norm, const IntervalSum
                     .add_raw("sites", sites_json(sites)));
 }
 
+std::string site_summary(const std::map<std::string, SiteCommStats>& sites, int steps) {
+  std::string out = fmt::format(
+      "traffic per site over {} step(s) (this rank):\n  {:<14} {:>8} {:>11} {:>11} {:>6} {:>10} "
+      "{:>9} {:>9} {:>9}",
+      steps, "site", "calls", "logical MB", "wire MB", "ratio", "saved MB", "comm s", "rel err",
+      "NaN grp");
+  SiteCommStats total;
+  auto row = [&](const std::string& name, const SiteCommStats& st) {
+    const std::string ratio =
+        st.wire_bytes > 0 ? fmt::format("{:.2f}", double(st.logical_bytes) / st.wire_bytes) : "-";
+    const double err = st.relative_l2();
+    const std::string rel = st.error_samples > 0 ? fmt::format("{:.3e}", err) : "-";
+    out += fmt::format("\n  {:<14} {:>8} {:>11.1f} {:>11.1f} {:>6} {:>10.1f} {:>9.2f} {:>9} {:>9}",
+                       name, st.calls, st.logical_bytes / 1e6, st.wire_bytes / 1e6, ratio,
+                       st.saved_bytes / 1e6, st.seconds, rel, st.nonfinite_groups);
+  };
+  for (const auto& [name, st] : sites) {
+    row(name, st);
+    total += st;
+  }
+  row("total", total);
+  return out;
+}
+
 std::string human_count(double x) {
   char buf[32];
   if (x >= 1e9)

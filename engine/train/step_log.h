@@ -83,6 +83,11 @@ std::string json_array(const std::vector<double>& v);
 // 1234567 -> "1.23M" (k, M, B), for counts in log lines.
 std::string human_count(double x);
 
+// The end-of-run table of every site this rank used (DESIGN.md §7), one row each: calls, logical
+// and wire MB, the wire ratio, MB saved, seconds in the calls, and the relative L2 error pooled
+// over the logged steps' measurements ("-" where nothing was measured or compressed).
+std::string site_summary(const std::map<std::string, SiteCommStats>& sites, int steps);
+
 // The log line and the metrics.jsonl record of an interval ending at `step` (DESIGN.md §7): its
 // mean loss, ms/step, tokens/s, MFU (`has_mfu`: GPUs only), communication share and bytes per
 // step, and the logged step's traffic and measured error per site (the worst site on the line).

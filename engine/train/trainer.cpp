@@ -559,6 +559,7 @@ TrainHistory Trainer::run() {
                                  6.0 * s.dims.n_layer * double(s.dims.seq_len) * s.dims.d_model;
   StepClock step_clock;
   LogInterval interval;
+  std::map<std::string, SiteCommStats> run_sites;  // this rank's traffic over the whole run
   auto seconds_since = [](clock::time_point t) {
     return std::chrono::duration<double>(clock::now() - t).count();
   };
@@ -639,6 +640,7 @@ TrainHistory Trainer::run() {
     sample.wire_bytes = comm.wire_bytes;
     sample.saved_bytes = comm.saved_bytes;
     interval.add(sample);
+    for (const auto& [name, st] : sites) run_sites[name] += st;
     for (const auto& [name, st] : sites) {
       if (st.nonfinite_groups > 0)
         spdlog::warn(
@@ -683,6 +685,8 @@ TrainHistory Trainer::run() {
       break;
     }
   }
+  if (!run_sites.empty() && history.steps_done > history.start_step)
+    spdlog::info("{}", site_summary(run_sites, history.steps_done - history.start_step));
   return history;
 }
 

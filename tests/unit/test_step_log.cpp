@@ -1,0 +1,100 @@
+// The log's arithmetic (engine/train/step_log.h): an interval's means and rates over every step
+// in it, the codec time over the steps that took it, the step clock's exclusions, and the
+// end-of-run site table. Made-up samples with known answers.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "engine/train/step_log.h"
+
+namespace taco {
+namespace {
+
+StepSample sample(double seconds, double loss, double comm) {
+  StepSample s;
+  s.seconds = seconds;
+  s.loss = loss;
+  s.comm_seconds = comm;
+  s.comm_bytes = 1000;
+  s.wire_bytes = 500;
+  s.saved_bytes = 400;
+  return s;
+}
+
+TEST(LogInterval, ReportsMeansAndRatesOverEveryStepOfTheInterval) {
+  LogInterval interval;
+  interval.add(sample(0.1, 4.0, 0.05));
+  StepSample timed = sample(0.3, 2.0, 0.15);
+  timed.codec_seconds = 0.02;
+  timed.codec_timed = true;
+  timed.staging_seconds = 0.01;
+  interval.add(timed);
+  // 1000 tokens a step, 6e9 flops a token, a peak of 1e15 flop/s.
+  const IntervalSummary r = interval.summarize(1000, 6e9, 1e15);
+  EXPECT_EQ(r.steps, 2);
+  EXPECT_DOUBLE_EQ(r.seconds, 0.4);
+  EXPECT_DOUBLE_EQ(r.ms_per_step, 200.0);
+  EXPECT_DOUBLE_EQ(r.loss, 3.0);  // the mean, not the last step's 2.0
+  EXPECT_DOUBLE_EQ(r.tokens_per_s, 5000.0);
+  EXPECT_DOUBLE_EQ(r.mfu, 5000.0 * 6e9 / 1e15);
+  EXPECT_DOUBLE_EQ(r.comm_share, 0.5);
+  EXPECT_DOUBLE_EQ(r.comm_ms, 100.0);
+  EXPECT_DOUBLE_EQ(r.staging_ms, 5.0);
+  EXPECT_DOUBLE_EQ(r.codec_ms, 20.0);  // over the one step that timed it
+  EXPECT_DOUBLE_EQ(r.wire_bytes, 500.0);
+  ASSERT_EQ(r.step_ms.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.step_ms[0], 100.0);
+  EXPECT_DOUBLE_EQ(r.step_ms[1], 300.0);
+  // No peak (CPU ranks): no MFU; no timed step: no codec time.
+  LogInterval untimed;
+  untimed.add(sample(0.1, 1.0, 0.0));
+  const IntervalSummary u = untimed.summarize(1000, 6e9, 0);
+  EXPECT_EQ(u.mfu, 0.0);
+  EXPECT_LT(u.codec_ms, 0.0);
+}
+
+TEST(StepClock, ExcludedWorkIsTakenOutOfTheNextStep) {
+  const auto before = std::chrono::steady_clock::now();
+  StepClock clock;
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  clock.exclude(0.025);
+  const double first = clock.end_step();
+  const double outside =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+  // At least the 30 ms slept, at most what passed around it; 25 ms of either excluded.
+  EXPECT_GE(first, 0.030 - 0.025);
+  EXPECT_LE(first, outside - 0.025);
+  clock.exclude(1.0);  // more than elapsed: never a negative step
+  EXPECT_EQ(clock.end_step(), 0.0);
+}
+
+TEST(SiteSummary, OneRowPerSiteAndATotal) {
+  std::map<std::string, SiteCommStats> sites;
+  SiteCommStats a;
+  a.calls = 4;
+  a.logical_bytes = 8'000'000;
+  a.wire_bytes = 2'000'000;
+  a.error_samples = 2;
+  a.error_sq = 1.0;
+  a.signal_sq = 100.0;
+  sites["attn.out.fwd"] = a;
+  SiteCommStats b;
+  b.calls = 1;
+  b.logical_bytes = 1'000'000;
+  sites["sp.grad"] = b;  // uncompressed, never measured
+  const std::string t = site_summary(sites, 3);
+  EXPECT_NE(t.find("over 3 step(s)"), std::string::npos) << t;
+  EXPECT_NE(t.find("attn.out.fwd"), std::string::npos) << t;
+  EXPECT_NE(t.find("1.000e-01"), std::string::npos) << t;  // sqrt(1 / 100)
+  EXPECT_NE(t.find("4.00"), std::string::npos) << t;       // 8 MB over 2 MB
+  const size_t sp = t.find("sp.grad");
+  ASSERT_NE(sp, std::string::npos) << t;
+  const std::string sp_row = t.substr(sp, t.find('\n', sp) - sp);
+  EXPECT_NE(sp_row.find(" - "), std::string::npos) << sp_row;  // no ratio, no error
+  EXPECT_NE(t.find("total"), std::string::npos) << t;
+}
+
+}  // namespace
+}  // namespace taco
