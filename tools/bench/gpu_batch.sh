@@ -13,10 +13,11 @@
 #   profile    Nsight Compute source counters (executed instructions and stall
 #              samples per SASS line) of taco's 128 MB encode and bf16 decode    ~25 s
 #   slowtests  the gpu_/mpi_ tests of the host-staged (slow-link) path           ~40 s
-#   slowlink   taco-train GPT-2 124M, tp=2 ranks on the one GPU through host memory, none
-#              and taco, 40 steps on random tokens (logged every 10)             ~80 s
-#   parity     the same layout, 300 steps on GPT-2-tokenized fortunes, none vs taco on every
-#              TP site (data/fortunes-gpt2: taco-prep --tokenizer gpt2 --val-every 5)  ~330 s
+#   slowlink   tools/bench/train_bench.py: GPT-2 124M, tp=2 and 4 ranks on the one GPU through
+#              host memory, none / taco / fp8_block / taco group auto, 40 steps each  ~400 s
+#   parity     taco-train 124M tp=2 on the one GPU, 300 steps on GPT-2-tokenized fortunes, none
+#              vs taco on every TP site (carry data/fortunes-gpt2, made here with
+#              taco-prep --tokenizer gpt2 --val-every 5)                          ~330 s
 #   pack       everything under $OUT into one results.tgz (a device call returns <= 8 files)
 # Default: build tests step codec comm (quick: build tests). A device call runs at most 600 s:
 # split larger batches over calls (build-gpu is kept while the machine stays warm).
@@ -99,25 +100,28 @@ for part in "${parts[@]}"; do
       --output-on-failure --timeout 200 > "$OUT/slow_tests.log" 2>&1)
     grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/slow_tests.log" | head -20
     ;;
-  slowlink | parity)
-    # Both ranks share the GPU (NCCL refuses that): MPI staged through pinned host memory.
-    if [ $part = slowlink ]; then
-      data=(--set 'data.train=data/random-gpt2/train_*.bin' --set 'data.val=data/random-gpt2/val_*.bin'
-        --set train.steps=40 --set train.warmup_steps=10 --set log.every=10 --set log.eval_batches=2)
-    else
-      data=(--set 'data.train=data/fortunes-gpt2/train_*.bin' --set 'data.val=data/fortunes-gpt2/val_*.bin'
-        --set train.steps=300 --set train.warmup_steps=30 --set log.every=10 --set log.eval_every=50
-        --set log.eval_batches=8)
-    fi
+  slowlink)
+    # Issue 21's table: tp=2 and 4 ranks on the one GPU through host memory (MPI staged), every
+    # codec against the best uncompressed baseline, GPT-2 124M, random tokens (train_bench.py).
+    timeout 560 python3 tools/bench/train_bench.py --build $B --models 124m --tp 2,4 \
+      --codecs none,taco,fp8_block,taco-auto --steps 40 --warmup 10 --out "$OUT/train-bench" \
+      > "$OUT/train-bench.log" 2>&1
+    echo "train_bench rc $?"
+    grep -vE "^# run " "$OUT/train-bench.log" | tail -14
+    ;;
+  parity)
+    # 300 steps on GPT-2-tokenized fortunes, tp=2 on the one GPU, none vs taco on every TP site.
     for codec in none taco; do
-      name=$part-tp2-$codec
+      name=parity-tp2-$codec
       timeout 280 mpirun --allow-run-as-root --oversubscribe -np 2 $B/taco-train configs/gpt2-124m.yaml \
-        --set parallel.tp=2 --set parallel.backend=mpi --set model.vocab_size=50304 \
-        --set train.global_batch_tokens=16384 --set checkpoint.keep=0 \
-        --set compression.default.codec=$codec --set run.dir="$OUT" --set run.name=$name \
-        "${data[@]}" > "$OUT/$name.out" 2>&1
+        --set parallel.tp=2 --set parallel.backend=mpi --set train.global_batch_tokens=16384 \
+        --set checkpoint.keep=0 --set compression.default.codec=$codec --set run.dir="$OUT" \
+        --set run.name=$name --set 'data.train=data/fortunes-gpt2/train_*.bin' \
+        --set 'data.val=data/fortunes-gpt2/val_*.bin' --set train.steps=300 \
+        --set train.warmup_steps=30 --set log.every=10 --set log.eval_every=50 \
+        --set log.eval_batches=8 > "$OUT/$name.out" 2>&1
       echo "$name rc $?"
-      grep -E "step .*(loss|val)" "$OUT/$name.out" | tail -4
+      grep -E "step .*(loss|val)" "$OUT/$name.out" | tail -3
     done
     ;;
   pack)
