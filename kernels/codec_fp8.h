@@ -181,5 +181,10 @@ int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8G
 int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec,
                          bf16* out);
 
+// The loops above run an AVX2 build where the CPU has AVX2, else a baseline x86-64 one; both give
+// the same bits. allow = false forces the baseline (tests check both); returns whether AVX2 is
+// used from now on.
+bool fp8_codecs_allow_avx2(bool allow);
+
 }  // namespace cpu
 }  // namespace taco

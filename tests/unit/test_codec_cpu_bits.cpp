@@ -231,19 +231,24 @@ class CodecCpuBits : public test::FreshSeedTest {};
 
 TEST_F(CodecCpuBits, FastCodecsMatchTheOriginalScalarCodecsBitForBit) {
   std::mt19937_64 rng(seed_);
-  std::uniform_int_distribution<int64_t> rows_of(1, 80), cols_of(1, 700);
-  for (int trial = 0; trial < 4; ++trial) {
-    // A random shape with a random third of the cases; the last trial is large (threads).
-    const bool large = trial == 3;
+  std::uniform_int_distribution<int64_t> rows_of(1, 60), cols_of(1, 600);
+  for (int trial = 0; trial < 8; ++trial) {
+    // A random shape with a random third of the cases; every fourth trial is large (threads).
+    // Trials 0-3 run the AVX2 build of the loops (where the CPU has it), 4-7 the baseline one.
+    const bool large = trial % 4 == 3;
+    const bool avx2 = cpu::fp8_codecs_allow_avx2(trial < 4);
+    SCOPED_TRACE(avx2 ? "AVX2 loops" : "baseline x86-64 loops");
     const int64_t rows = large ? 90 + rows_of(rng) : rows_of(rng),
                   cols = cols_of(rng) + (large ? 700 : 0);
     const std::vector<float> x = random_message(size_t(rows * cols), rng);
     for (const Case& c : cases_for(rows, cols)) {
       if (rng() % (large ? 12 : 3) != 0) continue;
       check_case(c, x, rng, nullptr);
-      if (HasFatalFailure()) return;
+      if (HasFatalFailure()) break;
     }
+    if (HasFatalFailure()) break;
   }
+  cpu::fp8_codecs_allow_avx2(true);
 }
 
 // Expected value: this test run on the original code (commit 2ad94ea, before the speed work).
