@@ -232,23 +232,24 @@ class CodecCpuBits : public test::FreshSeedTest {};
 TEST_F(CodecCpuBits, FastCodecsMatchTheOriginalScalarCodecsBitForBit) {
   std::mt19937_64 rng(seed_);
   std::uniform_int_distribution<int64_t> rows_of(1, 60), cols_of(1, 600);
-  for (int trial = 0; trial < 8; ++trial) {
-    // A random shape with a random third of the cases; every fourth trial is large (threads).
-    // Trials 0-3 run the AVX2 build of the loops (where the CPU has it), 4-7 the baseline one.
-    const bool large = trial % 4 == 3;
-    const bool avx2 = cpu::fp8_codecs_allow_avx2(trial < 4);
-    SCOPED_TRACE(avx2 ? "AVX2 loops" : "baseline x86-64 loops");
+  for (int trial = 0; trial < 9; ++trial) {
+    // A random shape with a random quarter of the cases; every third trial is large (threads).
+    // Trials 0-2 run the AVX-512 build of the loops, 3-5 the AVX2 one, 6-8 the baseline x86-64
+    // one (each where the CPU has it; the level used is in the trace).
+    const bool large = trial % 3 == 2;
+    const int isa = cpu::fp8_codecs_limit_isa(2 - trial / 3);
+    SCOPED_TRACE("instruction set level " + std::to_string(isa) + " (2 AVX-512, 1 AVX2, 0 SSE2)");
     const int64_t rows = large ? 90 + rows_of(rng) : rows_of(rng),
                   cols = cols_of(rng) + (large ? 700 : 0);
     const std::vector<float> x = random_message(size_t(rows * cols), rng);
     for (const Case& c : cases_for(rows, cols)) {
-      if (rng() % (large ? 12 : 3) != 0) continue;
+      if (rng() % (large ? 16 : 4) != 0) continue;
       check_case(c, x, rng, nullptr);
       if (HasFatalFailure()) break;
     }
     if (HasFatalFailure()) break;
   }
-  cpu::fp8_codecs_allow_avx2(true);
+  cpu::fp8_codecs_limit_isa(2);
 }
 
 // Expected value: this test run on the original code (commit 2ad94ea, before the speed work).
