@@ -181,5 +181,10 @@ int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8G
 int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec,
                          bf16* out);
 
+// The loops above run the best of three builds the CPU supports: 0 baseline x86-64 (SSE2),
+// 1 AVX2, 2 AVX-512; all give the same bits. Caps the level at `level` (tests check each) and
+// returns the level used from now on.
+int fp8_codecs_limit_isa(int level);
+
 }  // namespace cpu
 }  // namespace taco

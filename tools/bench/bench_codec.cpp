@@ -4,8 +4,10 @@
 // Per codec and distribution: wire bytes per element (header and scales included), the ratio
 // against bf16, the relative L2 error, the mean per-channel relative error (channel = column of
 // the [rows, cols] = tokens x hidden message), the pooled error of the small channels where a
-// distribution has outlier channels, and encode/decode throughput of bf16 messages in GB/s of
-// bytes read + written, next to a bf16 memcpy.
+// distribution has outlier channels, and the throughput in GB/s of bytes read + written of
+// encode and decode of bf16 messages, encode and decode of fp32 messages and the fp32
+// decode-accumulate (which reads its output too), each also as a percentage of a bf16 memcpy
+// of the same message timed in the same run.
 #include <omp.h>  // omp_get_max_threads, omp_set_num_threads
 
 #include <algorithm>
@@ -39,7 +41,8 @@ struct Args {
   int64_t min_bytes = int64_t(1) << 20;  // GPU: the message sizes
   int64_t max_bytes = int64_t(1) << 30;
   std::string json;
-  std::vector<CodecKind> kinds;  // --codecs; empty: all
+  std::vector<CodecKind> kinds;   // --codecs; empty: all
+  std::vector<std::string> data;  // --data; empty: all distributions
 };
 
 Args parse_args(const std::vector<std::string>& a) {
@@ -77,6 +80,16 @@ Args parse_args(const std::vector<std::string>& a) {
       r.max_bytes = parse_size("--max-bytes", value(i));
     } else if (a[i] == "--json") {
       r.json = value(i);
+    } else if (a[i] == "--data") {
+      r.data = split_list(value(i));
+      for (const std::string& name : r.data) {
+        if (name != "gaussian" && name != "outliers" && name != "channels" && name != "zeros" &&
+            name != "constant") {
+          throw UserError(
+              "--data: '" + name +
+              "' is not a distribution (gaussian, outliers, channels, zeros, constant)");
+        }
+      }
     } else if (a[i] == "--codecs") {
       for (const std::string& name : split_list(value(i))) {
         CodecKind kind;
@@ -172,7 +185,8 @@ struct Row {
   std::string distribution, codec;
   double bytes_per_element, ratio_vs_bf16;
   double rel_l2, mean_channel, small_channels;  // NaN: undefined (no signal / no channels)
-  double encode_gbps, decode_gbps;
+  double encode_gbps, decode_gbps;              // bf16 in / bf16 out
+  double encode_f32_gbps, decode_f32_gbps, accumulate_gbps;  // fp32
 };
 
 template <class F>
@@ -220,6 +234,18 @@ Row measure(const Codec& codec, const Distribution& d, const Args& a) {
       best_seconds(a.reps, [&] { codec.decode(wire.data(), wire.size(), shape, out.data(), ctx); });
   row.encode_gbps = moved / te / 1e9;
   row.decode_gbps = moved / td / 1e9;
+
+  // fp32 in, fp32 out, and the decode-accumulate (reads and writes its fp32 output).
+  const double moved_f32 = double(n * 4 + buf.size());
+  const double te32 =
+      best_seconds(a.reps, [&] { codec.encode(d.x.data(), shape, buf.data(), buf.size()); });
+  const double td32 =
+      best_seconds(a.reps, [&] { codec.decode(buf.data(), buf.size(), shape, xhat.data(), ctx); });
+  const double ta32 = best_seconds(
+      a.reps, [&] { codec.decode_accumulate(buf.data(), buf.size(), shape, xhat.data(), ctx); });
+  row.encode_f32_gbps = moved_f32 / te32 / 1e9;
+  row.decode_f32_gbps = moved_f32 / td32 / 1e9;
+  row.accumulate_gbps = (moved_f32 + double(n * 4)) / ta32 / 1e9;
   return row;
 }
 
@@ -253,7 +279,10 @@ void write_json(const std::string& path, const Args& a, double copy_gbps,
       << ",\"mean_channel_error\":" << json_number(r.mean_channel)
       << ",\"small_channel_error\":" << json_number(r.small_channels)
       << ",\"encode_gbps\":" << json_number(r.encode_gbps)
-      << ",\"decode_gbps\":" << json_number(r.decode_gbps) << "}";
+      << ",\"decode_gbps\":" << json_number(r.decode_gbps)
+      << ",\"encode_f32_gbps\":" << json_number(r.encode_f32_gbps)
+      << ",\"decode_f32_gbps\":" << json_number(r.decode_f32_gbps)
+      << ",\"decode_accumulate_gbps\":" << json_number(r.accumulate_gbps) << "}";
   }
   f << "\n]}\n";
   if (!f) throw UserError("--json " + path + ": write failed");
@@ -291,21 +320,33 @@ int codec(const std::vector<std::string>& args) {
       (long long)a.rows, (long long)a.cols, n, (unsigned long long)a.seed, a.reps,
       omp_get_max_threads());
   std::printf(
-      "bf16 memcpy: %.1f GB/s (read + write); GB/s below count bf16 in + wire out "
-      "(encode) or wire in + bf16 out (decode)\n\n",
+      "bf16 memcpy: %.1f GB/s (read + write); GB/s below count values in + wire out (encode), "
+      "wire in + values out (decode), and for the fp32 decode-accumulate its output read too; "
+      "(%%) of the memcpy\n\n",
       copy_gbps);
-  std::printf("%-10s %-31s %7s %7s %9s %9s %9s %8s %8s\n", "data", "codec", "B/elem", "vs bf16",
-              "rel L2", "mean ch", "small ch", "enc GB/s", "dec GB/s");
+  std::printf("%-10s %-31s %7s %7s %9s %9s %9s  %-12s %-12s %-12s %-12s %-12s\n", "data", "codec",
+              "B/elem", "vs bf16", "rel L2", "mean ch", "small ch", "enc bf16", "dec bf16",
+              "enc f32", "dec f32", "acc f32");
+  auto speed = [&](double gbps) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%6.2f (%3.0f%%)", gbps, 100.0 * gbps / copy_gbps);
+    return std::string(buf);
+  };
 
   std::vector<Row> rows;
   for (const Distribution& d : dists) {
+    if (!a.data.empty() && std::find(a.data.begin(), a.data.end(), d.name) == a.data.end()) {
+      continue;
+    }
     for (const CodecOptions& o : codecs()) {
       if (!selected(a.kinds, o.kind)) continue;
       const Row r = measure(*make_codec(o), d, a);
-      std::printf("%-10s %-31s %7.4f %6.2fx %9s %9s %9s %8.2f %8.2f\n", r.distribution.c_str(),
+      std::printf("%-10s %-31s %7.4f %6.2fx %9s %9s %9s  %s %s %s %s %s\n", r.distribution.c_str(),
                   r.codec.c_str(), r.bytes_per_element, r.ratio_vs_bf16,
                   fmt("%.3e", r.rel_l2).c_str(), fmt("%.3e", r.mean_channel).c_str(),
-                  fmt("%.3e", r.small_channels).c_str(), r.encode_gbps, r.decode_gbps);
+                  fmt("%.3e", r.small_channels).c_str(), speed(r.encode_gbps).c_str(),
+                  speed(r.decode_gbps).c_str(), speed(r.encode_f32_gbps).c_str(),
+                  speed(r.decode_f32_gbps).c_str(), speed(r.accumulate_gbps).c_str());
       std::fflush(stdout);
       rows.push_back(r);
     }

@@ -54,6 +54,7 @@ constexpr Subcommand kSubcommands[] = {
     {"codec", taco::bench::codec,
      "codec [--cpu|--gpu] [--codecs fp8_tensor,fp8_block,taco] [--rows R] [--cols C]\n"
      "      [--reps N] [--seed S] [--threads T] [--min-bytes 1M] [--max-bytes 1G] [--json FILE]\n"
+     "      [--data gaussian,outliers,channels,zeros,constant] (--cpu)\n"
      "      GPU (default where one exists): encode, decode, decode-accumulate GB/s of the\n"
      "      device codecs at 1 MB .. 1 GB (x4 steps) of bf16 next to a device memcpy, and their\n"
      "      error;\n"
