@@ -315,7 +315,18 @@ void HostStagedCommunicator::all_reduce(const void* send, void* recv, size_t cou
   const auto t0 = clock_type::now();
   const size_t bytes = count * dtype_size(dtype);
   double staged = 0;
-  if (is_device_pointer(send) && is_device_pointer(recv)) {
+  if (size() == 1 && is_device_pointer(send) && is_device_pointer(recv)) {
+#if TACO_HAVE_CUDA
+    // A group of one: the reduction is the input; nothing crosses the link.
+    TACO_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+               "group " + name() + ": all_reduce of dtype " + dtype_name(dtype) +
+                   " is not supported (fp32, bf16)");
+    if (send != recv && bytes > 0) {
+      TACO_CHECK_CUDA(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    TACO_CHECK_CUDA(cudaStreamSynchronize(stream));
+#endif
+  } else if (is_device_pointer(send) && is_device_pointer(recv)) {
     const bool two = use_two_shot(CommOp::all_reduce, dtype, count, op, stream);
     staged = device_all_reduce(send, recv, count, dtype, op, two, stream);
   } else {

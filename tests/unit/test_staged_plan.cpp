@@ -255,7 +255,7 @@ TEST(StagedPlan, TwoShotExchangesMoveEveryChunkToItsOwnerAndBack) {
 TEST(StagedPlan, PackedChunksPutEachPiecesSlicesSideBySide) {
   std::mt19937_64 rng(test::fresh_seed());
   for (int p : {2, 3}) {
-    const size_t chunk = 16 + rng() % 900;
+    const size_t chunk = 101 + rng() % 900;  // p * chunk > 200: several pieces
     Bytes dev = random_bytes(chunk * size_t(p), rng), host(chunk * size_t(p), 0);
     const Plan plan = plan_packed_chunks(chunk, p, 200);
     ASSERT_GT(plan.pieces.size(), 1u);
