@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -30,9 +31,9 @@ bool summable(DType dtype, ReduceOp op) {
   return op == ReduceOp::sum && (dtype == DType::f32 || dtype == DType::bf16);
 }
 
-// Host slots of the engine: 0 the staged input (and the two-shot gather), 1 the staged output.
+// Host slots of the engine: 0 the staged input, 1 the staged output, 2 the two-shot gather.
 // Device slots: 0 the two-shot reduction's p received copies, 1 and 2 the calibration scratch.
-constexpr int kHostIn = 0, kHostOut = 1;
+constexpr int kHostIn = 0, kHostOut = 1, kHostGather = 2;
 constexpr int kDeviceSlots = 0, kScratchIn = 1, kScratchOut = 2;
 }  // namespace
 
@@ -125,23 +126,27 @@ void HostStagedCommunicator::copy_back(void* device, const void* host, size_t by
 
 // --- pipelined device paths ------------------------------------------------------------------
 
-double HostStagedCommunicator::exchange(const staging::Plan& plan, const void* dev_src,
-                                        void* host_down, void* dev_dst, const void* host_up,
-                                        Stream after) {
-  const int p = size(), me = rank();
-  auto wire = [&](size_t j) {
+std::function<void(size_t)> HostStagedCommunicator::pairwise(const staging::Plan& plan,
+                                                             const void* host_down, void* host_up) {
+  return [this, &plan, host_down, host_up](size_t j) {
+    const int p = size(), me = rank();
     const staging::Piece& piece = plan.pieces[j];
-    // Pairwise: in step s send to me + s and receive from me - s, so each pair meets once.
+    // In step s send to me + s and receive from me - s, so each pair meets once per step.
     for (int s = 1; s < p; ++s) {
       const int dst = (me + s) % p, src = (me - s + p) % p;
       const staging::Range& out = piece.send[size_t(dst)];
       const staging::Range& in = piece.recv[size_t(src)];
-      host_.send_recv(at(host_down, out.offset), out.bytes, dst,
-                      at(const_cast<void*>(host_up), in.offset), in.bytes, src, DType::u8,
-                      kStagingTag, nullptr);
+      host_.send_recv(at(host_down, out.offset), out.bytes, dst, at(host_up, in.offset), in.bytes,
+                      src, DType::u8, kStagingTag, nullptr);
     }
   };
-  return engine_->run(plan, dev_src, host_down, dev_dst, host_up, after, wire);
+}
+
+double HostStagedCommunicator::exchange(const staging::Plan& plan, const void* dev_src,
+                                        void* host_down, void* dev_dst, void* host_up,
+                                        Stream after) {
+  return engine_->run(plan, dev_src, host_down, dev_dst, host_up, after,
+                      pairwise(plan, host_down, host_up));
 }
 
 double HostStagedCommunicator::device_all_to_all(const void* send, void* recv, size_t count,
@@ -194,20 +199,31 @@ double HostStagedCommunicator::device_all_reduce(const void* send, void* recv, s
   const size_t stride =
       (chunks[0].bytes + staging::kStageAlign - 1) / staging::kStageAlign * staging::kStageAlign;
   void* slots = engine_->device(kDeviceSlots, stride * size_t(p));
-  void* gather = engine_->host(kHostIn, bytes);  // shot one's input, shot two's whole output
-  void* received = engine_->host(kHostOut, stride * size_t(p));
   std::vector<staging::Range> to_slots(static_cast<size_t>(p));
   for (int q = 0; q < p; ++q) to_slots[size_t(q)] = {size_t(q) * stride, mine.bytes};
-  double waited = exchange(staging::plan_exchange(chunks, to_slots, me, piece_bytes_), send, gather,
-                           slots, received, stream);
-  // The sum of this rank's chunk, into its place in `recv` (in place: over the input's chunk).
-  const Stream up = engine_->up_stream();
-  staged_sum_async(at(send, mine.offset), slots, stride / es, p, me, at(recv, mine.offset),
-                   mine.bytes / es, dtype, up);
-  // Shot two: the reduced chunk to every peer, theirs into their places.
+  // Shot one: chunk q of the input to rank q, rank q's copy of this chunk into slot q. Shot two:
+  // the reduced chunk to every peer, theirs into their places. Both cut the same bounds (the
+  // same ranges, longest first), so piece j of shot two is slice j of the sum.
+  const staging::Plan one = staging::plan_exchange(chunks, to_slots, me, piece_bytes_);
   const std::vector<staging::Range> reduced(static_cast<size_t>(p), mine);
-  waited += exchange(staging::plan_exchange(reduced, chunks, me, piece_bytes_), recv, gather, recv,
-                     gather, up);
+  const staging::Plan two = staging::plan_exchange(reduced, chunks, me, piece_bytes_);
+  StagingEngine::Stage first{
+      &one, send, engine_->host(kHostIn, bytes), slots, engine_->host(kHostOut, stride * size_t(p)),
+      {}};
+  void* gathered = engine_->host(kHostGather, bytes);
+  StagingEngine::Stage second{&two, recv, gathered, recv, gathered, {}};
+  first.wire = pairwise(one, first.host_down, const_cast<void*>(first.host_up));
+  second.wire = pairwise(two, gathered, gathered);
+  // Between the shots, per piece: the sum of slice j of this rank's chunk into its place in
+  // `recv` (in place: over the input's chunk, which shot one never reads).
+  auto sum_slice = [&](size_t j, Stream up) {
+    const size_t lo = std::min(one.pieces[j].begin, mine.bytes);
+    const size_t hi = std::min(one.pieces[j].end, mine.bytes);
+    if (hi == lo) return;
+    staged_sum_async(at(send, mine.offset + lo), at(slots, lo), stride / es, p, me,
+                     at(recv, mine.offset + lo), (hi - lo) / es, dtype, up);
+  };
+  const double waited = engine_->run_chained(first, second, stream, sum_slice);
   return waited;
 #else
   (void)send, (void)recv, (void)stream;
@@ -314,7 +330,7 @@ void HostStagedCommunicator::all_reduce(const void* send, void* recv, size_t cou
                                         ReduceOp op, Stream stream) {
   const auto t0 = clock_type::now();
   const size_t bytes = count * dtype_size(dtype);
-  double staged = 0;
+  double staged = 0, calibrating = 0;  // the first call of a size class measures: not counted
   if (size() == 1 && is_device_pointer(send) && is_device_pointer(recv)) {
 #if TACO_HAVE_CUDA
     // A group of one: the reduction is the input; nothing crosses the link.
@@ -327,7 +343,9 @@ void HostStagedCommunicator::all_reduce(const void* send, void* recv, size_t cou
     TACO_CHECK_CUDA(cudaStreamSynchronize(stream));
 #endif
   } else if (is_device_pointer(send) && is_device_pointer(recv)) {
+    const auto tc = clock_type::now();
     const bool two = use_two_shot(CommOp::all_reduce, dtype, count, op, stream);
+    calibrating = seconds_since(tc);
     staged = device_all_reduce(send, recv, count, dtype, op, two, stream);
   } else {
     const void* hs = in(send, bytes, kHostIn, stream);
@@ -335,17 +353,19 @@ void HostStagedCommunicator::all_reduce(const void* send, void* recv, size_t cou
     host_.all_reduce(hs, hr, count, dtype, op, stream);
     copy_back(recv, hr, bytes);
   }
-  record(CommOp::all_reduce, bytes, seconds_since(t0), staged);
+  record(CommOp::all_reduce, bytes, seconds_since(t0) - calibrating, staged);
 }
 
 void HostStagedCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
                                             DType dtype, ReduceOp op, Stream stream) {
   const auto t0 = clock_type::now();
   const size_t out_bytes = recv_count * dtype_size(dtype), in_bytes = out_bytes * size_t(size());
-  double staged = 0;
+  double staged = 0, calibrating = 0;
   if (is_device_pointer(send) && is_device_pointer(recv)) {
     TACO_CHECK(send != recv, "group " + name() + ": reduce_scatter in place is not supported");
+    const auto tc = clock_type::now();
     const bool two = use_two_shot(CommOp::reduce_scatter, dtype, recv_count, op, stream);
+    calibrating = seconds_since(tc);
     staged = device_reduce_scatter(send, recv, recv_count, dtype, op, two, stream);
   } else {
     const void* hs = in(send, in_bytes, kHostIn, stream);
@@ -353,7 +373,7 @@ void HostStagedCommunicator::reduce_scatter(const void* send, void* recv, size_t
     host_.reduce_scatter(hs, hr, recv_count, dtype, op, stream);
     copy_back(recv, hr, out_bytes);
   }
-  record(CommOp::reduce_scatter, in_bytes, seconds_since(t0), staged);
+  record(CommOp::reduce_scatter, in_bytes, seconds_since(t0) - calibrating, staged);
 }
 
 void HostStagedCommunicator::all_gather(const void* send, void* recv, size_t send_count,

@@ -27,13 +27,14 @@
 // Stats: the call accounting of CommOpStats (logical bytes, bus bytes, wall seconds including
 // staging); staging_seconds is the host time spent waiting for staging copies, i.e. copies not
 // hidden behind the MPI transfer of another piece (the first piece down, the last one up, and
-// any copy slower than the wire). The calibration's calls are not counted.
+// any copy slower than the wire). The calibration's calls and time are not counted.
 // send, recv, send_recv and broadcast stage whole messages, serially (both ends of a p2p
 // message must agree on its pieces, so they keep one). In a build without CUDA no pointer is a
 // device pointer and every call passes through.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -99,8 +100,12 @@ class HostStagedCommunicator final : public Communicator {
   void copy_back(void* device, const void* host, size_t bytes);
 
   // The pipelined device paths; each returns the seconds waited for staging copies.
+  // pairwise: the wire of an exchange plan's piece j (MPI_Sendrecv with each peer in turn);
+  // exchange: runs such a plan.
+  std::function<void(size_t)> pairwise(const staging::Plan& plan, const void* host_down,
+                                       void* host_up);
   double exchange(const staging::Plan& plan, const void* dev_src, void* host_down, void* dev_dst,
-                  const void* host_up, Stream after);
+                  void* host_up, Stream after);
   double device_all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                            bool two_shot, Stream stream);
   double device_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,

@@ -172,6 +172,57 @@ double StagingEngine::run(const staging::Plan& plan, const void* dev_src, void* 
   return waited;
 }
 
+double StagingEngine::run_chained(const Stage& first, const Stage& second, Stream after,
+                                  const std::function<void(size_t, Stream)>& between) {
+  if (!cuda_) cuda_ = std::make_unique<Cuda>();
+  Cuda& c = *cuda_;
+  const size_t k = first.plan->pieces.size();
+  TACO_CHECK(
+      second.plan->pieces.size() == k && first.plan->local.empty() && second.plan->local.empty(),
+      "run_chained: plans of " + std::to_string(k) + " and " +
+          std::to_string(second.plan->pieces.size()) + " pieces");
+  // Events: first's piece j down (j), between(j) done (k + j), second's piece j down (2k + j).
+  TACO_CHECK_CUDA(cudaEventRecord(c.ready, after));
+  TACO_CHECK_CUDA(cudaStreamWaitEvent(c.down, c.ready, 0));
+  TACO_CHECK_CUDA(cudaStreamWaitEvent(c.up, c.ready, 0));
+  for (size_t j = 0; j < k; ++j) {
+    for (const staging::Copy& copy : first.plan->pieces[j].down)
+      queue_copy(copy, nullptr, nullptr, first.host_down, first.dev_src, true, c.down);
+    TACO_CHECK_CUDA(cudaEventRecord(c.event(j), c.down));
+  }
+  TACO_CHECK_CUDA(cudaEventSynchronize(c.ready));  // the caller's compute, not staging
+  double waited = 0;
+  auto second_wire = [&](size_t j) {
+    const auto t0 = clock_type::now();
+    TACO_CHECK_CUDA(cudaEventSynchronize(c.event(2 * k + j)));
+    waited += seconds_since(t0);
+    second.wire(j);
+    for (const staging::Copy& copy : second.plan->pieces[j].up)
+      queue_copy(copy, second.dev_dst, second.host_up, nullptr, nullptr, false, c.up);
+  };
+  for (size_t j = 0; j < k; ++j) {
+    const auto t0 = clock_type::now();
+    TACO_CHECK_CUDA(cudaEventSynchronize(c.event(j)));
+    waited += seconds_since(t0);
+    first.wire(j);
+    for (const staging::Copy& copy : first.plan->pieces[j].up)
+      queue_copy(copy, first.dev_dst, first.host_up, nullptr, nullptr, false, c.up);
+    between(j, c.up);
+    TACO_CHECK_CUDA(cudaEventRecord(c.event(k + j), c.up));
+    // The down stream holds only first's copies queued before; second's piece j follows them.
+    TACO_CHECK_CUDA(cudaStreamWaitEvent(c.down, c.event(k + j), 0));
+    for (const staging::Copy& copy : second.plan->pieces[j].down)
+      queue_copy(copy, nullptr, nullptr, second.host_down, second.dev_src, true, c.down);
+    TACO_CHECK_CUDA(cudaEventRecord(c.event(2 * k + j), c.down));
+    if (j > 0) second_wire(j - 1);
+  }
+  if (k > 0) second_wire(k - 1);
+  const auto t0 = clock_type::now();
+  TACO_CHECK_CUDA(cudaStreamSynchronize(c.up));
+  waited += seconds_since(t0);
+  return waited;
+}
+
 #else  // !TACO_HAVE_CUDA
 
 struct StagingEngine::Cuda {};
@@ -189,6 +240,10 @@ void StagingEngine::release(int) {}
 Stream StagingEngine::up_stream() { no_cuda(); }
 double StagingEngine::run(const staging::Plan&, const void*, void*, void*, const void*, Stream,
                           const std::function<void(size_t)>&) {
+  no_cuda();
+}
+double StagingEngine::run_chained(const Stage&, const Stage&, Stream,
+                                  const std::function<void(size_t, Stream)>&) {
   no_cuda();
 }
 

@@ -31,7 +31,7 @@ class StagingEngine {
   StagingEngine(const StagingEngine&) = delete;
   StagingEngine& operator=(const StagingEngine&) = delete;
 
-  static constexpr int kHostSlots = 2, kDeviceSlots = 3;
+  static constexpr int kHostSlots = 3, kDeviceSlots = 3;
   // Pinned host memory of at least `bytes` in `slot` (contents kept only until it grows).
   void* host(int slot, size_t bytes);
   // Device memory of at least `bytes` in `slot`; release() frees it (the calibration scratch).
@@ -46,6 +46,24 @@ class StagingEngine {
   // on the up stream. Returns the seconds waited for copies.
   double run(const staging::Plan& plan, const void* dev_src, void* host_down, void* dev_dst,
              const void* host_up, Stream after, const std::function<void(size_t)>& wire);
+
+  // One side of a chained run: a plan and its buffers, as run() takes them.
+  struct Stage {
+    const staging::Plan* plan = nullptr;
+    const void* dev_src = nullptr;
+    void* host_down = nullptr;
+    void* dev_dst = nullptr;
+    const void* host_up = nullptr;
+    std::function<void(size_t)> wire;
+  };
+  // Two plans with the same number of pieces, interleaved piece by piece (the two-shot
+  // all-reduce): first's piece j comes up, then `between(j, up_stream)` is queued on the up
+  // stream (the reduction of slice j), then second's piece j goes down once that is done. The
+  // host runs first.wire(j), then second.wire(j - 1), so the device's round trip of piece j
+  // hides behind the host's next transfers. Neither plan may have locals. Returns the seconds
+  // waited for copies (and for between's work where it delays a copy).
+  double run_chained(const Stage& first, const Stage& second, Stream after,
+                     const std::function<void(size_t, Stream)>& between);
 
  private:
   struct Cuda;
