@@ -13,11 +13,15 @@
 //
 // Sums (all_reduce, reduce_scatter; f32 and bf16; device buffers) take one of two paths:
 //   native    the host collective on the staged copies, piece by piece (for bf16: our fp32 add
-//             rounded after every pairwise combine, on the host CPU);
+//             rounded after every pairwise combine, on the host CPU). At p = 2 the bits of the
+//             unpipelined call; at p > 2 MPI's combine order may differ with a piece's size;
 //   two_shot  the compressed path's shape with raw values: each rank's chunk (even_chunks: equal
 //             16-byte blocks) goes to its owner, the owner sums the p copies ON THE GPU in fp32
 //             in rank order (0 + c_0 + ... + c_{p-1}; bf16 rounded once, parallel/staged_sum.h),
-//             then an all_gather of the reduced chunks: every rank gets identical bits.
+//             then an all_gather of the reduced chunks: every rank gets identical bits. The
+//             all-reduce chains the two shots per piece (StagingEngine::run_chained). At p = 2
+//             the same bits as native.
+// A group of one sums by a device copy.
 // StagedReduce::automatic measures both at the first call of each (op, dtype, power-of-two size
 // class), a collective moment, on scratch device buffers (never the caller's data): one warm-up
 // and kCalibrationReps timed calls each, the slowest rank's time (MPI max) so every rank chooses
@@ -31,6 +35,8 @@
 // send, recv, send_recv and broadcast stage whole messages, serially (both ends of a p2p
 // message must agree on its pieces, so they keep one). In a build without CUDA no pointer is a
 // device pointer and every call passes through.
+// Memory: pinned host buffers of the largest message (up to three), for two_shot a device
+// buffer of p chunk slots, kept; the calibration's device scratch is freed after measuring.
 #pragma once
 
 #include <cstdint>
