@@ -78,9 +78,11 @@ inline const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::sum ? "s
 //               it; recv nothing. Summed over a group's ranks it is the group's traffic, and it
 //               is 0 in a group of one;
 //   seconds:    host wall time inside the calls (for MPI this includes waiting for late
-//               peers; for NCCL only the enqueue, the backend documents what it measures).
-//   staging_seconds: of `seconds`, the host time a host-staged communicator spent on (or waiting
-//               for) device<->host copies; 0 for other backends.
+//               peers; for NCCL only the enqueue, the backend documents what it measures);
+//   staging_seconds: the part of `seconds` a host-staged backend spent waiting for its
+//               device <-> host copies (the copies that did not hide behind a transfer), so a
+//               step splits into wire / staging / codec / compute; 0 for MPI on host memory
+//               and for NCCL (HostStagedCommunicator documents what it counts).
 struct CommOpStats {
   int64_t calls = 0;
   int64_t bytes = 0;
@@ -180,12 +182,13 @@ class Communicator {
   explicit Communicator(std::string name) : name_(std::move(name)) {}
 
   // Adds one call of `op` moving `bytes` (logical size, see CommOpStats) to the counters.
-  void record(CommOp op, size_t bytes, double seconds) {
+  void record(CommOp op, size_t bytes, double seconds, double staging_seconds = 0) {
     CommOpStats& s = stats_.per_op[size_t(op)];
     s.calls += 1;
     s.bytes += int64_t(bytes);
     s.bytes_sent += bytes_sent_estimate(op, bytes, size());
     s.seconds += seconds;
+    s.staging_seconds += staging_seconds;
   }
 
  private:

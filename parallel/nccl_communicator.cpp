@@ -322,9 +322,10 @@ bool use_nccl_backend(MPI_Comm world, const std::string& backend, const std::str
   return backend == "nccl" || (backend == "auto" && own_gpu);
 }
 
-std::unique_ptr<Communicator> make_device_communicator(MpiCommunicator& group, bool nccl) {
+std::unique_ptr<Communicator> make_device_communicator(MpiCommunicator& group, bool nccl,
+                                                       StagedReduce staged_reduce) {
   if (nccl) return make_nccl_communicator(group, group.name());
-  return std::make_unique<HostStagedCommunicator>(group);
+  return std::make_unique<HostStagedCommunicator>(group, staged_reduce);
 }
 
 }  // namespace taco

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "parallel/communicator.h"
+#include "parallel/staged_communicator.h"
 
 namespace taco {
 
@@ -39,8 +40,11 @@ bool nccl_available();
 // throws UserError naming `source`.
 bool use_nccl_backend(MPI_Comm world, const std::string& backend, const std::string& source);
 
-// The device-buffer communicator of `group`: NCCL, or MPI with host staging.
-std::unique_ptr<Communicator> make_device_communicator(MpiCommunicator& group, bool nccl);
+// The device-buffer communicator of `group`: NCCL, or MPI with host staging whose sums take
+// the path `staged_reduce` (parallel.staged_reduce; parallel/staged_communicator.h). NCCL
+// ignores it.
+std::unique_ptr<Communicator> make_device_communicator(
+    MpiCommunicator& group, bool nccl, StagedReduce staged_reduce = StagedReduce::automatic);
 
 // Blocks until everything enqueued on `stream` by `comm` (an NCCL communicator) has finished,
 // checking for asynchronous NCCL errors; throws taco::Error on an error or after the timeout.

@@ -35,6 +35,11 @@ struct ParallelSection {
   int microbatches = 1;
   int zero = 0;                  // 0 or 1 (ZeRO-1: sharded optimizer state)
   std::string backend = "auto";  // auto | nccl | mpi
+  // Host-staged MPI (backend mpi on device buffers): the path of bf16/fp32 sums. auto: the
+  // faster of native and two_shot, measured per size class at its first call; native: MPI's
+  // collective on the staged copies (summed on the host CPU); two_shot: all-to-all, the sum on
+  // the GPU, all-gather (parallel/staged_communicator.h). NCCL ignores it.
+  std::string staged_reduce = "auto";  // auto | native | two_shot
 };
 
 struct TrainSection {

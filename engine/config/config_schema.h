@@ -15,6 +15,7 @@ namespace taco::config_detail {
 using Choices = std::vector<std::string>;
 
 inline const Choices kBackends = {"auto", "nccl", "mpi"};
+inline const Choices kStagedReduce = {"auto", "native", "two_shot"};
 inline const Choices kPrecisions = {"auto", "fp32", "bf16"};
 inline const Choices kDevices = {"auto", "cpu", "cuda"};
 inline const Choices kCodecs = {"none", "fp8_tensor", "fp8_block", "taco"};
@@ -54,6 +55,7 @@ inline const std::vector<Field<ParallelSection>> kParallelFields = {
     {"microbatches", &ParallelSection::microbatches},
     {"zero", &ParallelSection::zero},
     {"backend", &ParallelSection::backend, kBackends},
+    {"staged_reduce", &ParallelSection::staged_reduce, kStagedReduce},
 };
 
 inline const std::vector<Field<TrainSection>> kTrainFields = {

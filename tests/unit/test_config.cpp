@@ -45,6 +45,7 @@ void expect_same_config(const Config& a, const Config& b) {
   EXPECT_EQ(a.parallel.microbatches, b.parallel.microbatches);
   EXPECT_EQ(a.parallel.zero, b.parallel.zero);
   EXPECT_EQ(a.parallel.backend, b.parallel.backend);
+  EXPECT_EQ(a.parallel.staged_reduce, b.parallel.staged_reduce);
   EXPECT_EQ(a.train.steps, b.train.steps);
   EXPECT_EQ(a.train.micro_batch_size, b.train.micro_batch_size);
   EXPECT_EQ(a.train.global_batch_tokens, b.train.global_batch_tokens);
@@ -393,6 +394,8 @@ const std::vector<BadInput> kBadInputs = {
    {"train.device: unknown value 'tpu'", "expected one of auto, cpu, cuda"}},
   {"BadBackend", with_model("parallel: { backend: gloo }\n"), {}, "bad.yaml:2: ",
    {"parallel.backend: unknown value 'gloo'", "expected one of auto, nccl, mpi"}},
+  {"BadStagedReduce", with_model("parallel: { staged_reduce: ring }\n"), {}, "bad.yaml:2: ",
+   {"parallel.staged_reduce: unknown value 'ring'", "expected one of auto, native, two_shot"}},
   {"BadCodec", with_model("compression:\n  default: { codec: zstd }\n"), {}, "bad.yaml:3: ",
    {"compression.default.codec: unknown value 'zstd'",
     "expected one of none, fp8_tensor, fp8_block, taco"}},

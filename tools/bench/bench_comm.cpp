@@ -5,7 +5,7 @@
 //   mpirun -np 8 build/taco-bench comm [--ops all_reduce,reduce_scatter,all_gather]
 //       [--codecs none,taco,fp8_block] [--min-bytes 1M] [--max-bytes 1G] [--factor 4]
 //       [--iters 20] [--warmup 5] [--cols 1024] [--device auto|cpu|cuda]
-//       [--backend auto|nccl|mpi] [--chunks auto|N] [--json FILE]
+//       [--backend auto|nccl|mpi] [--chunks auto|N] [--stage-piece 4M] [--json FILE]
 //
 // Messages are [rows, cols] with cols = hidden size; size counts them as bf16 (2 bytes per
 // element), as the trainer's tensor-parallel traffic is, also on the CPU where the data is fp32.
@@ -16,7 +16,18 @@
 // time: mean per call, the slowest rank's; algbw = size / time; busbw = algbw * 2(p-1)/p for
 // all_reduce, (p-1)/p for the others (nccl-tests' factors). #wrong: elements that differ from
 // the native collective's result (none: bit for bit; codecs: non-finite ones); error: relative
-// L2 against that result. wire: the encoded bytes one rank sent per call.
+// L2 against that result. wire: the encoded bytes one rank sent per call. vs best: the fastest
+// `none` row's time (same op and size; the none rows run first, each against those before it)
+// over this row's: the speedup against the best baseline.
+//
+// Host-staged MPI on device buffers (--backend mpi on a GPU; parallel/staged_communicator.h):
+// `none` runs three rows side by side, none:native (MPI's collective on the staged copies,
+// summed on the host), none:two_shot (all-to-all, sum on the GPU, all-gather) and none:auto
+// (what parallel.staged_reduce: auto picks, measured at its first call; the label names the
+// pick), so codecs are quoted against the best baseline. The reference is none:native's result;
+// two_shot rows match it bit for bit at p = 2 (one rounding of the same fp32 sum) and count only
+// non-finite elements as wrong at p > 2, where the rounding order differs (their error column
+// shows by how much). --stage-piece sets the staging pipeline's piece size for every row.
 #include <mpi.h>
 
 #include <algorithm>
@@ -38,6 +49,7 @@
 #include "parallel/compressed_site_comm.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/nccl_communicator.h"
+#include "parallel/staged_communicator.h"
 #include "tools/bench/bench.h"
 
 namespace taco::bench {
@@ -50,6 +62,7 @@ struct Args {
   int factor = 4, iters = 20, warmup = 5, cols = 1024;
   std::string device = "auto", backend = "auto", json;
   std::string chunks = "auto";  // compression.chunks: auto or a piece count
+  int64_t stage_piece = int64_t(staging::kDefaultPieceBytes);
 };
 
 int parse_int(const std::string& option, const std::string& text, int min) {
@@ -103,6 +116,9 @@ Args parse_args(const std::vector<std::string>& a) {
     } else if (k == "--chunks") {
       r.chunks = value();
       if (r.chunks != "auto") r.chunks = std::to_string(parse_int(k, r.chunks, 1));
+    } else if (k == "--stage-piece") {
+      r.stage_piece = parse_size(k, value());
+      if (r.stage_piece <= 0) throw UserError("--stage-piece: must be > 0");
     } else if (k == "--json") {
       r.json = value();
     } else {
@@ -135,9 +151,17 @@ int64_t sum_over_ranks(int64_t x) {
 }
 
 struct Row {
-  std::string op, codec;
+  std::string op, codec, path;
   int64_t bytes = 0, count = 0, wire = 0, wrong = 0;
-  double us = 0, algbw = 0, busbw = 0, error = 0;
+  double us = 0, algbw = 0, busbw = 0, error = 0, staging_us = 0, vs_best = 0;
+};
+
+// One row's setup: the codec, the communicator it runs on and, for the staged backend's
+// baselines, the reduction path.
+struct Variant {
+  std::string codec, path;  // path: "native", "two_shot", "auto" or "" (not a staged baseline)
+  Communicator* comm = nullptr;
+  HostStagedCommunicator* staged = nullptr;
 };
 
 }  // namespace
@@ -161,6 +185,32 @@ int comm(const std::vector<std::string>& args) {
     device_comm =
         make_device_communicator(world, use_nccl_backend(MPI_COMM_WORLD, a.backend, "--backend"));
   Communicator& comm = gpu ? *device_comm : static_cast<Communicator&>(world);
+  // Host-staged: the auto communicator above, and one per forced path for the baselines.
+  auto* staged_auto = dynamic_cast<HostStagedCommunicator*>(device_comm.get());
+  std::unique_ptr<HostStagedCommunicator> staged_native, staged_two_shot;
+  if (staged_auto) {
+    staged_auto->set_piece_bytes(size_t(a.stage_piece));
+    staged_native = std::make_unique<HostStagedCommunicator>(world, StagedReduce::native,
+                                                             size_t(a.stage_piece));
+    staged_two_shot = std::make_unique<HostStagedCommunicator>(world, StagedReduce::two_shot,
+                                                               size_t(a.stage_piece));
+  }
+  // The reference every row is checked against: the native collective.
+  Communicator& reference = staged_auto ? *staged_native : comm;
+  // The baselines first, so every codec row is quoted against the best of them.
+  std::vector<Variant> variants;
+  for (const std::string& codec : a.codecs) {
+    if (codec != "none") continue;
+    if (staged_auto) {
+      variants.push_back({codec, "native", staged_native.get(), staged_native.get()});
+      variants.push_back({codec, "two_shot", staged_two_shot.get(), staged_two_shot.get()});
+      variants.push_back({codec, "auto", staged_auto, staged_auto});
+    } else {
+      variants.push_back({codec, "", &comm, nullptr});
+    }
+  }
+  for (const std::string& codec : a.codecs)
+    if (codec != "none") variants.push_back({codec, "", &comm, nullptr});
 
   if (rank == 0) {
     std::printf(
@@ -173,10 +223,13 @@ int comm(const std::vector<std::string>& args) {
                   a.chunks.c_str());
     else
       std::printf("# codecs: host buffers, host codecs\n");
-    std::printf("%-14s %-10s %12s %12s %10s %9s %9s %7s %12s %10s\n", "op", "codec", "size(B)",
-                "count", "time(us)", "algbw", "busbw", "#wrong", "wire(B)", "error");
-    std::printf("%-14s %-10s %12s %12s %10s %9s %9s %7s %12s %10s\n", "", "", "", "(elements)", "",
-                "(GB/s)", "(GB/s)", "", "per rank", "rel L2");
+    if (staged_auto)
+      std::printf("# host staging: pieces of %lld bytes; none as native, two_shot and auto\n",
+                  (long long)a.stage_piece);
+    std::printf("%-14s %-18s %12s %12s %10s %9s %9s %7s %12s %10s %8s\n", "op", "codec", "size(B)",
+                "count", "time(us)", "algbw", "busbw", "#wrong", "wire(B)", "error", "vs best");
+    std::printf("%-14s %-18s %12s %12s %10s %9s %9s %7s %12s %10s %8s\n", "", "", "", "(elements)",
+                "", "(GB/s)", "(GB/s)", "", "per rank", "rel L2", "none");
   }
 
   std::vector<Row> rows;
@@ -222,16 +275,19 @@ int comm(const std::vector<std::string>& args) {
       const size_t out_n = op == "reduce_scatter" ? chunk : n;
       upload(x, host.data(), n);
       if (op == "all_reduce")
-        comm.all_reduce(x.data, ref.data, n, dtype, ReduceOp::sum, nullptr);
+        reference.all_reduce(x.data, ref.data, n, dtype, ReduceOp::sum, nullptr);
       else if (op == "reduce_scatter")
-        comm.reduce_scatter(x.data, part.data, chunk, dtype, ReduceOp::sum, nullptr);
+        reference.reduce_scatter(x.data, part.data, chunk, dtype, ReduceOp::sum, nullptr);
       else
-        comm.all_gather(static_cast<char*>(x.data) + rank * chunk * dtype_size(dtype), ref.data,
-                        chunk, dtype, nullptr);
-      wait_for_communicator(comm, nullptr);
+        reference.all_gather(static_cast<char*>(x.data) + rank * chunk * dtype_size(dtype),
+                             ref.data, chunk, dtype, nullptr);
+      wait_for_communicator(reference, nullptr);
       const std::vector<float> expected = download(out, out_n);
+      double best_none_us = 0;  // the fastest none row of this op and size so far
 
-      for (const std::string& codec : a.codecs) {
+      for (const Variant& variant : variants) {
+        const std::string& codec = variant.codec;
+        Communicator& comm = *variant.comm;
         const CompressionPolicy policy = policy_for(codec, a.chunks);
         CompressedSiteComm door(comm, policy);
         door.measure_errors(false);
@@ -250,13 +306,23 @@ int comm(const std::vector<std::string>& args) {
         call();
         wait_for_communicator(comm, nullptr);
         const std::vector<float> got = download(op == "all_reduce" ? x : out, out_n);
+        // The staged path this row's sums took (auto: decided by the call above).
+        std::string path = variant.path;
+        if (path == "auto" && op != "all_gather") {
+          const CommOp cop = op == "all_reduce" ? CommOp::all_reduce : CommOp::reduce_scatter;
+          path = "auto=";
+          path += variant.staged->reduce_path(cop, dtype, n * dtype_size(dtype));
+        }
+        // Bit for bit against native unless the sum's rounding order legitimately differs.
+        const bool exact = codec == "none" && (p == 2 || op == "all_gather" || path == "native" ||
+                                               path == "auto=native");
         double err = 0, sig = 0;
         int64_t wrong = 0;
         for (size_t i = 0; i < out_n; ++i) {
           const double d = double(got[i]) - expected[i];
           err += d * d;
           sig += double(expected[i]) * expected[i];
-          wrong += codec == "none" ? got[i] != expected[i] : !std::isfinite(got[i]);
+          wrong += exact ? got[i] != expected[i] : !std::isfinite(got[i]);
         }
         // Timing: warmup, then iters calls between barriers (an all-reduce keeps summing in
         // place; the values grow by p per call, which costs the same).
@@ -264,6 +330,7 @@ int comm(const std::vector<std::string>& args) {
         wait_for_communicator(comm, nullptr);
         MPI_Barrier(MPI_COMM_WORLD);
         door.reset_stats();
+        comm.reset_stats();
         const auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < a.iters; ++i) call();
         wait_for_communicator(comm, nullptr);
@@ -272,6 +339,8 @@ int comm(const std::vector<std::string>& args) {
         Row row;
         row.op = op;
         row.codec = codec;
+        row.path = path;
+        row.staging_us = max_over_ranks(comm.stats().total().staging_seconds / a.iters) * 1e6;
         row.bytes = int64_t(n) * 2;
         row.count = int64_t(n);
         row.us = max_over_ranks(secs / a.iters) * 1e6;
@@ -285,11 +354,18 @@ int comm(const std::vector<std::string>& args) {
                                          : op == "reduce_scatter" ? CommOp::reduce_scatter
                                                                   : CommOp::all_gather,
                                          size_t(row.bytes), p);
+        if (codec == "none" && (best_none_us == 0 || row.us < best_none_us)) best_none_us = row.us;
+        row.vs_best = best_none_us > 0 ? best_none_us / row.us : 0;
         rows.push_back(row);
         if (rank == 0) {
-          std::printf("%-14s %-10s %12lld %12lld %10.1f %9.2f %9.2f %7lld %12lld %10.3e\n",
-                      op.c_str(), codec.c_str(), (long long)row.bytes, (long long)row.count, row.us,
-                      row.algbw, row.busbw, (long long)row.wrong, (long long)row.wire, row.error);
+          std::string label = codec;
+          if (!path.empty()) label.append(":").append(path);
+          char vs[16] = "-";
+          if (row.vs_best > 0) std::snprintf(vs, sizeof(vs), "%.2fx", row.vs_best);
+          std::printf("%-14s %-18s %12lld %12lld %10.1f %9.2f %9.2f %7lld %12lld %10.3e %8s\n",
+                      op.c_str(), label.c_str(), (long long)row.bytes, (long long)row.count, row.us,
+                      row.algbw, row.busbw, (long long)row.wrong, (long long)row.wire, row.error,
+                      vs);
           std::fflush(stdout);
         }
       }
@@ -303,6 +379,7 @@ int comm(const std::vector<std::string>& args) {
       json += JsonRecord()
                   .add("op", r.op)
                   .add("codec", r.codec)
+                  .add("path", r.path)
                   .add("ranks", (long long)p)
                   .add("device", std::string(gpu ? "cuda" : "cpu"))
                   .add("backend", std::string(comm.backend()))
@@ -315,6 +392,8 @@ int comm(const std::vector<std::string>& args) {
                   .add("wrong", (long long)r.wrong)
                   .add("wire_bytes", (long long)r.wire)
                   .add("rel_err", r.error)
+                  .add("staging_us", r.staging_us)
+                  .add("vs_best_none", r.vs_best)
                   .str();
     }
     std::FILE* f = std::fopen(a.json.c_str(), "w");
@@ -324,6 +403,8 @@ int comm(const std::vector<std::string>& args) {
   }
   int wrong_none = 0;
   for (const Row& r : rows) wrong_none += r.codec == "none" && r.wrong > 0;
+  staged_native.reset();
+  staged_two_shot.reset();
   device_comm.reset();
   if (!initialized) MPI_Finalize();
   return wrong_none > 0 ? 1 : 0;
