@@ -30,6 +30,7 @@
 #include "parallel/pipeline.h"
 #include "parallel/process_grid.h"
 #include "parallel/site_comm.h"
+#include "parallel/staged_communicator.h"
 #include "parallel/tensor_parallel.h"
 
 namespace taco {
@@ -101,7 +102,7 @@ double sum_over(MPI_Comm comm, double x) {
 // Which path each group's messages take, so no run falls back to a slower one unseen: the
 // backend that moves them, and how compressed and uncompressed sites use it.
 std::string communication_paths(const std::vector<std::pair<std::string, int>>& groups, bool on_gpu,
-                                bool nccl) {
+                                bool nccl, const std::string& staged_reduce) {
   std::string out = "communication:";
   bool any = false;
   for (const auto& [name, size] : groups) {
@@ -119,9 +120,10 @@ std::string communication_paths(const std::vector<std::pair<std::string, int>>& 
            " over NCCL; compressed sites: device codecs, two-shot, pipelined on a communication "
            "stream; uncompressed: NCCL's native collectives";
   return out +
-         " over MPI staged through pinned host memory (ranks share a GPU, or backend: mpi); "
-         "compressed sites: device codecs, two-shot; uncompressed: MPI's native collectives on "
-         "the staged copies";
+         " over MPI staged through pinned host memory, pipelined (ranks share a GPU, or "
+         "backend: mpi); compressed sites: device codecs, two-shot; uncompressed sums: MPI's "
+         "native collective or the two-shot shape with GPU sums (parallel.staged_reduce: " +
+         staged_reduce + "; auto prints each measured choice)";
 }
 
 // The one line a run stops with at a non-finite step: what was seen, that nothing was applied or
@@ -281,9 +283,10 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   // (parallel.backend: auto | nccl | mpi).
   const bool on_gpu = s.device.kind == DeviceKind::cuda;
   const bool use_nccl = on_gpu && use_nccl_backend(ctx.world, par.backend, config.source);
+  const StagedReduce staged_reduce = staged_reduce_from_name(par.staged_reduce, config.source);
   auto data_comm = [&](MpiCommunicator& group) -> Communicator& {
     if (!on_gpu) return group;
-    s.device_comms.push_back(make_device_communicator(group, use_nccl));
+    s.device_comms.push_back(make_device_communicator(group, use_nccl, staged_reduce));
     return *s.device_comms.back();
   };
   auto door = [&](MpiCommunicator& group) {
@@ -296,7 +299,7 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   if (par.pp > 1 && s.grid->in_embedding_group()) s.embed_comm = door(s.grid->embedding());
   if (s.grid->world_rank() == 0) {
     spdlog::info("{}", communication_paths({{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}}, on_gpu,
-                                           use_nccl));
+                                           use_nccl, par.staged_reduce));
   }
   s.tp = par.tp > 1 || par.sequence_parallel
              ? std::make_unique<TensorParallel>(s.tp_comm.get(), par.sequence_parallel)
