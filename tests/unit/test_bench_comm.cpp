@@ -57,5 +57,18 @@ TEST(BenchComm, ThreeRanksGiveEveryRowWithExactNativeResultsAndCodecErrors) {
   EXPECT_NE(r.output.find("busbw"), std::string::npos) << r.output;
 }
 
+// No silent fallback: NCCL on CPU ranks is refused with one line and exit 2 on every rank.
+TEST(BenchComm, NcclBackendOnCpuRanksExitsTwoSayingWhy) {
+  const std::string cmd = std::string(TACO_MPIEXEC) +
+                          " --oversubscribe --allow-run-as-root -np 2 " + test::binary_dir() +
+                          "/taco-bench comm --device cpu --backend nccl --min-bytes 64K "
+                          "--max-bytes 64K";
+  const auto r = test::run_command("timeout 120 " + cmd);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--backend nccl"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--device cpu"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("busbw"), std::string::npos) << "no table: " << r.output;
+}
+
 }  // namespace
 }  // namespace taco

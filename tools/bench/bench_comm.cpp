@@ -179,6 +179,11 @@ int comm(const std::vector<std::string>& args) {
   if (a.device == "cuda" && dev.kind != DeviceKind::cuda)
     throw UserError("--device cuda: no CUDA device found");
   const bool gpu = dev.kind == DeviceKind::cuda;
+  // No silent fallback: NCCL moves device memory only.
+  if (a.backend == "nccl" && !gpu)
+    throw UserError(std::string("--backend nccl: NCCL moves device memory, but this run is on ") +
+                    (a.device == "cpu" ? "--device cpu" : "the CPU (no CUDA device found)") +
+                    "; use --backend mpi or auto");
   const DType dtype = gpu ? DType::bf16 : DType::f32;
   std::unique_ptr<Communicator> device_comm;
   if (gpu)
