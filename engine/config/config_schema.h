@@ -53,6 +53,7 @@ inline const std::vector<Field<ParallelSection>> kParallelFields = {
     {"microbatches", &ParallelSection::microbatches},
     {"zero", &ParallelSection::zero},
     {"backend", &ParallelSection::backend, kBackends},
+    {"timeout_s", &ParallelSection::timeout_s},
 };
 
 inline const std::vector<Field<TrainSection>> kTrainFields = {
