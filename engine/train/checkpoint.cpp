@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -151,8 +153,22 @@ std::map<std::string, std::string> read_marker(const std::string& folder) {
 }
 
 std::atomic<int> g_stop_signal{0};
+// stdout / stderr to make non-blocking on a stop signal, found before any signal arrives.
+bool g_nonblock_on_stop[3] = {false, false, false};
 
-void taco_stop_handler(int signo) { g_stop_signal.store(signo); }
+// Records the signal. mpirun, once told to stop (Ctrl-C, SIGTERM), no longer reads its ranks'
+// output (a pty or a pipe per rank): a rank that writes a log line into the full buffer would
+// block until mpirun's SIGKILL and never save. So that output becomes non-blocking here (a line
+// that does not fit is dropped; log.txt still gets it). A user's terminal (no launcher) stays
+// as it is: its shell shares the flag, and it keeps reading.
+void taco_stop_handler(int signo) {
+  g_stop_signal.store(signo);
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    if (!g_nonblock_on_stop[fd]) continue;
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  }
+}
 
 }  // namespace
 
@@ -569,6 +585,15 @@ int64_t Checkpointer::restore(const std::string& layout, RankCheckpoint* out) {
 }
 
 void install_stop_signal_handlers() {
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") ||
+                        std::getenv("PMI_RANK") || std::getenv("SLURM_PROCID");
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat st {};
+    const bool stat_ok = ::fstat(fd, &st) == 0;
+    g_nonblock_on_stop[fd] = stat_ok &&
+                             (launched || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) &&
+                             !S_ISREG(st.st_mode);
+  }
   struct sigaction sa {};
   sa.sa_handler = taco_stop_handler;
   sigemptyset(&sa.sa_mask);

@@ -186,6 +186,9 @@ int main(int argc, char** argv) {
   ctx.world = MPI_COMM_WORLD;
   ctx.local_rank = local_rank_from_env();
   taco::install_stop_signal_handlers();
+  // mpirun stops reading the ranks' output once it is told to stop (SIGINT/SIGTERM): a log line
+  // written then must fail (EPIPE), not kill the rank before it has saved its checkpoint.
+  std::signal(SIGPIPE, SIG_IGN);
   taco::init_fault_point(rank);
   std::string file_resume;  // checkpoint.resume as the file and its --set give it
 
