@@ -226,7 +226,8 @@ def main():
         if point == "external":
             code, secs, out, spec = external_kill(cmd, work, trial_env, name, rng)
         else:
-            count = rng.randint(1, STEPS * 30) if point == "comm" else rng.randint(1, STEPS // EVERY)
+            # rank 0 makes ~26 SiteComm calls a step here: up to 20 a step lands inside the run
+            count = rng.randint(1, STEPS * 20) if point == "comm" else rng.randint(1, STEPS // EVERY)
             spec = f"{point}:{count}@{rank}"
             trial_env["TACO_FAULT_POINT"] = spec
             code, secs, out = run(cmd, work, trial_env, limit=BOUND_S + 60)

@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
       // Until the checks have passed, the log lines wait in memory (rank 0 writes them below).
       taco::init_logging(rank, config.log.all_ranks);
       auto pending = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(100000);
-      pending->set_pattern("%v");
+      pending->set_pattern(config.log.all_ranks ? "[rank " + std::to_string(rank) + "] %v" : "%v");
       spdlog::default_logger()->sinks().push_back(pending);
       for (const std::string& w : taco::config_warnings(config)) spdlog::warn("{}", w);
       spdlog::info("taco-train: {} ({} rank{})", config.source, world, world == 1 ? "" : "s");
