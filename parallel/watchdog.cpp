@@ -177,7 +177,9 @@ double watchdog_open_seconds() {
 
 WatchScope::WatchScope(const char* op, const char* site, int layer, const Communicator& group,
                        int peer, int second_peer) {
-  const auto* mpi = dynamic_cast<const MpiCommunicator*>(&group);
+  // Nested or disabled: one load and a branch, before anything else is looked at.
+  const bool watched = t_depth == 0 && g_enabled.load(std::memory_order_relaxed);
+  const auto* mpi = watched ? dynamic_cast<const MpiCommunicator*>(&group) : nullptr;
   armed_ = open_call(op, site, layer, group.name(), group.rank(), group.size(),
                      mpi ? mpi->comm() : MPI_COMM_NULL, peer, second_peer);
 }
