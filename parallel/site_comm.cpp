@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "kernels/check.h"
+#include "parallel/fault_point.h"
+#include "parallel/watchdog.h"
 
 namespace taco {
 
@@ -50,18 +52,22 @@ SiteCommStats SiteComm::total() const {
   return t;
 }
 
-void SiteComm::all_reduce(const Tensor& x, int /*rows*/, const char* site, int /*layer*/) {
+void SiteComm::all_reduce(const Tensor& x, int /*rows*/, const char* site, int layer) {
   if (size() == 1) return;
   auto t0 = Clock::now();
+  WatchScope watch("all_reduce", site, layer, comm_);
+  fault_point("comm");
   comm_.all_reduce(x.data, x.data, x.numel, x.dtype, ReduceOp::sum, nullptr);
   account(site, x.bytes(), bytes_sent_estimate(CommOp::all_reduce, x.bytes(), size()), since(t0));
 }
 
 void SiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows, const char* site,
-                              int /*layer*/) {
+                              int layer) {
   TACO_CHECK(rows % size() == 0 && out.numel * size() == in.numel,
              std::string("reduce_scatter at ") + site + ": rows do not split evenly");
   auto t0 = Clock::now();
+  WatchScope watch("reduce_scatter", site, layer, comm_);
+  fault_point("comm");
   if (size() == 1) {
     comm_.all_reduce(in.data, out.data, in.numel, in.dtype, ReduceOp::sum, nullptr);
   } else {
@@ -72,23 +78,29 @@ void SiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows, con
 }
 
 void SiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
-                          int /*layer*/) {
+                          int layer) {
   TACO_CHECK(rows % size() == 0 && in.numel * size() == out.numel,
              std::string("all_gather at ") + site + ": rows do not split evenly");
   auto t0 = Clock::now();
+  WatchScope watch("all_gather", site, layer, comm_);
+  fault_point("comm");
   comm_.all_gather(in.data, out.data, in.numel, in.dtype, nullptr);
   account(site, out.bytes(), bytes_sent_estimate(CommOp::all_gather, out.bytes(), size()),
           since(t0));
 }
 
-void SiteComm::send(const Tensor& x, int peer, const char* site, int /*layer*/) {
+void SiteComm::send(const Tensor& x, int peer, const char* site, int layer) {
   auto t0 = Clock::now();
+  WatchScope watch("send", site, layer, comm_, peer);
+  fault_point("comm");
   comm_.send(x.data, x.numel, x.dtype, peer, 0, nullptr);
   account(site, x.bytes(), x.bytes(), since(t0));
 }
 
-void SiteComm::recv(const Tensor& x, int peer, const char* site, int /*layer*/) {
+void SiteComm::recv(const Tensor& x, int peer, const char* site, int layer) {
   auto t0 = Clock::now();
+  WatchScope watch("recv", site, layer, comm_, peer);
+  fault_point("comm");
   comm_.recv(x.data, x.numel, x.dtype, peer, 0, nullptr);
   account(site, x.bytes(), 0, since(t0));
 }
@@ -97,6 +109,8 @@ void SiteComm::send_recv(const Tensor& out, int dst, const char* out_site, const
                          int src, const char* in_site) {
   TACO_CHECK(out.dtype == in.dtype, "send_recv with two dtypes");
   auto t0 = Clock::now();
+  WatchScope watch("send_recv", out_site, -1, comm_, dst, src);
+  fault_point("comm");
   comm_.send_recv(out.data, out.numel, dst, in.data, in.numel, src, out.dtype, 0, nullptr);
   const double seconds = since(t0);
   account(out_site, out.bytes(), out.bytes(), seconds / 2);
@@ -105,6 +119,8 @@ void SiteComm::send_recv(const Tensor& out, int dst, const char* out_site, const
 
 void SiteComm::all_reduce_exact(const Tensor& x, ReduceOp op) {
   if (size() == 1) return;
+  WatchScope watch("all_reduce", "exact", -1, comm_);
+  fault_point("comm");
   comm_.all_reduce(x.data, x.data, x.numel, x.dtype, op, nullptr);
 }
 

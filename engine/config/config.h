@@ -40,6 +40,9 @@ struct ParallelSection {
   // collective on the staged copies (summed on the host CPU); two_shot: all-to-all, the sum on
   // the GPU, all-gather (parallel/staged_communicator.h). NCCL ignores it.
   std::string staged_reduce = "auto";  // auto | native | two_shot
+  // Seconds one blocking communication call may take before the watchdog ends the rank (a peer
+  // died or hangs; parallel/watchdog.h); 0 turns the watchdog off. 600 as NCCL's default.
+  double timeout_s = 600;
 };
 
 struct TrainSection {
@@ -100,6 +103,10 @@ struct Config {
 Config load_config_text(const std::string& yaml_text, const std::string& source_name,
                         const std::vector<std::string>& overrides = {});
 Config load_config_file(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Values that are valid but probably not what was meant (train.warmup_steps beyond train.steps),
+// one line each naming the key; taco-train prints them as warnings.
+std::vector<std::string> config_warnings(const Config& config);
 
 // The effective config as YAML (every key, defaults included): printed at start, saved in the
 // run directory, and loadable again by load_config_text.

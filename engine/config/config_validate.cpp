@@ -2,6 +2,7 @@
 // the key whose value has to change (for a pair that must divide: the parallel size, since the
 // model is usually the fixed part of an experiment).
 #include <string>
+#include <vector>
 
 #include "engine/config/config_schema.h"
 #include "engine/config/config_source.h"
@@ -68,6 +69,9 @@ class Validator {
     at_least("parallel.pp", p.pp, 1);
     at_least("parallel.dp", p.dp, 1);
     at_least("parallel.microbatches", p.microbatches, 1);
+    if (!(p.timeout_s >= 0))
+      fail("parallel.timeout_s", number_text(p.timeout_s) + " is negative",
+           "seconds >= 0 (0 turns the communication watchdog off)");
     if (p.zero != 0 && p.zero != 1)
       fail("parallel.zero", std::to_string(p.zero) + " is not a ZeRO stage we have",
            "0 (replicated optimizer state) or 1 (ZeRO-1: sharded optimizer state)");
@@ -167,3 +171,19 @@ void validate_config(const Config& config, const ConfigSource& source) {
 }
 
 }  // namespace taco::config_detail
+
+namespace taco {
+
+std::vector<std::string> config_warnings(const Config& c) {
+  std::vector<std::string> out;
+  const auto& t = c.train;
+  if (t.warmup_steps > t.steps)
+    out.push_back(c.source + ": train.warmup_steps = " + std::to_string(t.warmup_steps) +
+                  " is beyond train.steps = " + std::to_string(t.steps) +
+                  ": the learning rate never reaches train.lr (peaks at " +
+                  config_detail::number_text(t.lr * t.steps / t.warmup_steps) +
+                  ") and never decays; lower warmup_steps");
+  return out;
+}
+
+}  // namespace taco

@@ -140,6 +140,28 @@ std::vector<std::string> glob_sorted(const std::string& pattern) {
   return files;
 }
 
+}  // namespace
+
+uint64_t count_shard_tokens(const std::string& pattern) {
+  glob_t found{};
+  uint64_t total = 0;
+  if (glob(pattern.c_str(), 0, nullptr, &found) == 0) {
+    for (size_t i = 0; i < found.gl_pathc; ++i) {
+      int32_t header[3] = {0, 0, 0};
+      if (std::FILE* f = std::fopen(found.gl_pathv[i], "rb")) {
+        if (std::fread(header, sizeof header, 1, f) == 1 && header[0] == kShardMagic &&
+            header[2] > 0)
+          total += uint64_t(header[2]);
+        std::fclose(f);
+      }
+    }
+  }
+  globfree(&found);
+  return total;
+}
+
+namespace {
+
 // splitmix64's finalizer: a bijection on 64 bits with full avalanche.
 uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;

@@ -19,6 +19,11 @@ inline constexpr int32_t kShardMagic = 20240520;
 inline constexpr int32_t kShardVersion = 1;
 inline constexpr size_t kShardHeaderBytes = 1024;
 
+// The tokens of every shard matching `pattern`, from their headers only (TokenShards validates
+// them); 0 where nothing matches or a header cannot be read. For the trainer's warning about data
+// smaller than one batch.
+uint64_t count_shard_tokens(const std::string& pattern);
+
 // Writes one shard (used by taco-prep and by tests).
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,12 +10,15 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "kernels/check.h"
+#include "parallel/fault_point.h"
+#include "parallel/watchdog.h"
 
 namespace taco {
 
@@ -86,6 +90,7 @@ bool agree(MPI_Comm comm, bool ok, std::string* message) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   int mine = ok ? 1 << 30 : rank, first = 0;
+  WatchScope watch("all_reduce", "checkpoint", -1, comm, "world");
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
   if (first == 1 << 30) return true;
   int len = rank == first ? int(message->size()) : 0;
@@ -99,6 +104,7 @@ bool agree(MPI_Comm comm, bool ok, std::string* message) {
 
 std::string bcast_string(MPI_Comm comm, const std::string& s, int root) {
   int len = int(s.size());
+  WatchScope watch("broadcast", "checkpoint", -1, comm, "world", root);
   MPI_Bcast(&len, 1, MPI_INT, root, comm);
   std::string out = s;
   out.resize(size_t(len));
@@ -147,8 +153,22 @@ std::map<std::string, std::string> read_marker(const std::string& folder) {
 }
 
 std::atomic<int> g_stop_signal{0};
+// stdout / stderr to make non-blocking on a stop signal, found before any signal arrives.
+bool g_nonblock_on_stop[3] = {false, false, false};
 
-void taco_stop_handler(int signo) { g_stop_signal.store(signo); }
+// Records the signal. mpirun, once told to stop (Ctrl-C, SIGTERM), no longer reads its ranks'
+// output (a pty or a pipe per rank): a rank that writes a log line into the full buffer would
+// block until mpirun's SIGKILL and never save. So that output becomes non-blocking here (a line
+// that does not fit is dropped; log.txt still gets it). A user's terminal (no launcher) stays
+// as it is: its shell shares the flag, and it keeps reading.
+void taco_stop_handler(int signo) {
+  g_stop_signal.store(signo);
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    if (!g_nonblock_on_stop[fd]) continue;
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  }
+}
 
 }  // namespace
 
@@ -188,7 +208,10 @@ void write_rank_checkpoint(const std::string& path,
   put(&kVersion, sizeof kVersion);
   put(&header_len, sizeof header_len);
   put(text.data(), text.size());
-  for (const CheckpointPart& s : sections) put(s.bytes.data(), s.bytes.size());
+  for (size_t i = 0; i < sections.size(); ++i) {
+    if (i == sections.size() / 2) std::fflush(f), fault_point("ckpt.write");  // a torn file
+    put(sections[i].bytes.data(), sections[i].bytes.size());
+  }
   const uint64_t checksum = sum.value();
   ok = ok && std::fwrite(&checksum, 1, 8, f) == 8 && std::fwrite(kEndMagic, 1, 8, f) == 8;
   ok = ok && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
@@ -204,7 +227,12 @@ void write_rank_checkpoint(const std::string& path,
     throw Error(path + ": cannot rename the finished checkpoint file: " + std::strerror(errno), 1);
 }
 
-RankCheckpoint read_rank_checkpoint(const std::string& path) {
+namespace {
+
+// Reads and checks one rank file; with `keep` false the sections are checked in 4 MB pieces and
+// not kept (out->sections then have names and empty bytes), so that verifying a checkpoint does
+// not hold a second copy of the state in memory.
+RankCheckpoint read_rank_file(const std::string& path, bool keep) {
   auto bad = [&](const std::string& what) {
     return UserError(path + ": " + what + "; the checkpoint is damaged or incomplete");
   };
@@ -231,6 +259,7 @@ RankCheckpoint read_rank_checkpoint(const std::string& path) {
   sum.add(text.data(), text.size());
 
   RankCheckpoint out;
+  std::vector<uint64_t> sizes;
   std::istringstream lines(text);
   std::string line;
   uint64_t payload = 0;
@@ -245,7 +274,8 @@ RankCheckpoint read_rank_checkpoint(const std::string& path) {
       s.name = value.substr(0, sp);
       const uint64_t n = std::stoull(value.substr(sp + 1));
       if (n > file_size) throw bad("section " + s.name + " larger than the file");
-      s.bytes.resize(n);
+      if (keep) s.bytes.resize(n);
+      sizes.push_back(n);
       payload += n;
       out.sections.push_back(std::move(s));
     } else {
@@ -255,11 +285,16 @@ RankCheckpoint read_rank_checkpoint(const std::string& path) {
   const uint64_t expected = 8 + sizeof version + sizeof header_len + header_len + payload + 16;
   if (file_size != expected)
     throw bad("size " + std::to_string(file_size) + " bytes, expected " + std::to_string(expected));
-  for (CheckpointPart& s : out.sections) {
-    if (s.bytes.empty()) continue;
-    if (!in.read(reinterpret_cast<char*>(s.bytes.data()), std::streamsize(s.bytes.size())))
-      throw bad("truncated in section " + s.name);
-    sum.add(s.bytes.data(), s.bytes.size());
+  std::vector<char> piece(keep ? 0 : size_t(4) << 20);
+  for (size_t i = 0; i < out.sections.size(); ++i) {
+    CheckpointPart& s = out.sections[i];
+    for (uint64_t done = 0; done < sizes[i];) {
+      const uint64_t n = keep ? sizes[i] : std::min<uint64_t>(piece.size(), sizes[i] - done);
+      char* dst = keep ? reinterpret_cast<char*>(s.bytes.data()) : piece.data();
+      if (!in.read(dst, std::streamsize(n))) throw bad("truncated in section " + s.name);
+      sum.add(dst, n);
+      done += n;
+    }
   }
   uint64_t checksum = 0;
   char end[8];
@@ -270,10 +305,56 @@ RankCheckpoint read_rank_checkpoint(const std::string& path) {
   return out;
 }
 
+}  // namespace
+
+RankCheckpoint read_rank_checkpoint(const std::string& path) { return read_rank_file(path, true); }
+
+void verify_rank_checkpoint(const std::string& path) { read_rank_file(path, false); }
+
 std::string newest_complete_checkpoint(const std::string& dir, std::vector<std::string>* partial) {
   std::vector<std::pair<int64_t, std::string>> complete;
   scan(dir, &complete, partial);
   return complete.empty() ? std::string() : complete.front().second;
+}
+
+std::vector<std::string> complete_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> complete;
+  scan(dir, &complete, nullptr);
+  std::vector<std::string> out;
+  for (const auto& [step, path] : complete) out.push_back(path);
+  return out;
+}
+
+void check_checkpoint_dir_writable(const std::string& dir, MPI_Comm world) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  std::string message;
+  bool ok = true;
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      ok = false;
+      message = dir + ": cannot create the checkpoint folder: " + ec.message() +
+                " (set checkpoint.dir to a writable place, or checkpoint.keep: 0 for none)";
+    }
+  }
+  if (agree(world, ok, &message)) {
+    // Every rank writes its own file there at a save: every rank probes (shared or not).
+    const std::string probe = dir + "/.write_test_rank_" + std::to_string(rank);
+    std::FILE* f = std::fopen(probe.c_str(), "wb");
+    const bool wrote = f && std::fputc('x', f) != EOF && std::fclose(f) == 0;
+    if (!wrote) {
+      ok = false;
+      message = "rank " + std::to_string(rank) + ": " + dir +
+                ": the checkpoint folder is not writable (" + std::strerror(errno) +
+                "); set checkpoint.dir to a writable place, or checkpoint.keep: 0 for none";
+      if (f && !wrote) std::fclose(f);
+    }
+    std::remove(probe.c_str());
+    if (agree(world, ok, &message)) return;
+  }
+  throw UserError(message);
 }
 
 Checkpointer::Checkpointer(std::string dir, int keep, MPI_Comm world)
@@ -319,8 +400,18 @@ std::string Checkpointer::save(int64_t step, const std::string& layout,
     try {
       std::error_code ec;
       fsync_path(tmp, true);
-      fs::remove_all(final_dir, ec);  // an older save of the same step
+      fault_point("ckpt.rename");
+      if (fs::exists(final_dir)) {
+        // An unusable folder of the same step (no marker, or damaged: a usable one would have
+        // been resumed from): moved aside, not removed.
+        std::string aside = final_dir + ".damaged";
+        for (int n = 2; fs::exists(aside); ++n) aside = final_dir + ".damaged" + std::to_string(n);
+        fs::rename(final_dir, aside);
+        spdlog::warn("checkpoint {}: an unusable earlier save of this step; moved aside to {}",
+                     final_dir, aside);
+      }
       fs::rename(tmp, final_dir);
+      fault_point("ckpt.marker");
       const std::string marker = final_dir + "/" + kMarker;
       {
         std::ofstream m(marker + ".part");
@@ -331,20 +422,94 @@ std::string Checkpointer::save(int64_t step, const std::string& layout,
       fs::rename(marker + ".part", marker);
       fsync_path(final_dir, true);
       fsync_path(dir_, true);
-      // Keep the `keep_` newest complete checkpoints; drop older ones and stale partial folders.
-      std::vector<std::pair<int64_t, std::string>> complete;
-      std::vector<std::string> partial;
-      scan(dir_, &complete, &partial);
-      for (size_t i = size_t(keep_); i < complete.size(); ++i)
-        fs::remove_all(complete[i].second, ec);
-      for (const std::string& p : partial) fs::remove_all(p, ec);
+      fault_point("ckpt.retention");
     } catch (const std::exception& e) {
       ok = false;
       message = e.what();
     }
   }
   if (!agree(world_, ok, &message)) throw Error(message, 1);
+  known_good_.insert(step);
+  apply_retention();
   return final_dir;
+}
+
+bool Checkpointer::verify_folder(const std::string& folder, int world, std::string* message) {
+  bool ok = true;
+  try {
+    for (int r = rank_; r < world; r += size_) {
+      const std::string file = folder + "/" + rank_file_name(r);
+      verify_rank_checkpoint(file);
+    }
+  } catch (const std::exception& e) {
+    ok = false;
+    *message = e.what();
+  }
+  return agree(world_, ok, message);
+}
+
+void Checkpointer::apply_retention() {
+  // Rank 0 lists the folders ("STEP WORLD PATH" per complete one, newest first); every rank
+  // then walks them in the same order, verifying the ones not known good until `keep_` are.
+  std::string plan;
+  std::vector<std::string> partial;
+  if (rank_ == 0) {
+    std::vector<std::pair<int64_t, std::string>> complete;
+    scan(dir_, &complete, &partial);
+    for (const auto& [step, path] : complete) {
+      const auto marker = read_marker(path);
+      const auto it = marker.find("world");
+      plan +=
+          std::to_string(step) + " " + (it == marker.end() ? "0" : it->second) + " " + path + "\n";
+    }
+  }
+  plan = bcast_string(world_, plan, 0);
+
+  int good = 0;
+  bool newer_than_resumed = false;  // a verified checkpoint after the one this run resumed from
+  std::istringstream lines(plan);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    int64_t step = 0;
+    int world = 0;
+    std::string path;
+    fields >> step >> world;
+    std::getline(fields >> std::ws, path);
+    const bool protect = step == resumed_step_ && !newer_than_resumed;
+    if (good >= keep_ && !protect) {
+      if (rank_ == 0) {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+      }
+      continue;
+    }
+    std::string why;
+    if (known_good_.count(step) == 0) {
+      if (world < 1) {
+        why = path + "/" + kMarker + ": no world= line";
+      } else if (verify_folder(path, world, &why)) {
+        known_good_.insert(step);
+      }
+    }
+    if (known_good_.count(step) != 0) {
+      ++good;
+      if (step > resumed_step_) newer_than_resumed = true;
+      continue;
+    }
+    if (rank_ == 0) {  // damaged: moved aside, never counted, never deleted
+      std::string aside = path + ".damaged";
+      std::error_code ec;
+      for (int n = 2; fs::exists(aside); ++n) aside = path + ".damaged" + std::to_string(n);
+      fs::rename(path, aside, ec);
+      spdlog::warn("checkpoint {}: {}; moved aside to {} (not counted by checkpoint.keep)", path,
+                   why, ec ? path + " (rename failed: " + ec.message() + ")" : aside);
+    }
+  }
+  if (rank_ == 0) {
+    std::error_code ec;
+    for (const std::string& p : partial) fs::remove_all(p, ec);  // interrupted saves
+  }
 }
 
 int64_t Checkpointer::newest_step() {
@@ -385,12 +550,14 @@ int64_t Checkpointer::restore(const std::string& layout, RankCheckpoint* out) {
 
   std::istringstream lines(plan);
   std::string line;
+  int tried = 0;
   while (std::getline(lines, line)) {
     const size_t sp = line.find(' ');
     const int64_t step = std::stoll(line.substr(0, sp));
     const std::string path = line.substr(sp + 1);
     std::string message;
     bool ok = true;
+    ++tried;
     try {
       *out = read_rank_checkpoint(path + "/" + rank_file_name(rank_));
       if (out->header["layout"] != layout || out->header["step"] != std::to_string(step) ||
@@ -402,13 +569,31 @@ int64_t Checkpointer::restore(const std::string& layout, RankCheckpoint* out) {
       ok = false;
       message = "rank " + std::to_string(rank_) + ": " + e.what();
     }
-    if (agree(world_, ok, &message)) return step;
+    if (agree(world_, ok, &message)) {
+      resumed_step_ = step;
+      known_good_.insert(step);
+      return step;
+    }
     if (rank_ == 0) spdlog::warn("checkpoint {}: {}; trying an older one", path, message);
   }
+  if (tried > 0 && rank_ == 0)
+    spdlog::warn(
+        "checkpoint: none of the {} complete checkpoint(s) in {} could be read; they stay "
+        "there (moved aside to *.damaged at the next save)",
+        tried, dir_);
   return -1;
 }
 
 void install_stop_signal_handlers() {
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") ||
+                        std::getenv("PMI_RANK") || std::getenv("SLURM_PROCID");
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat st {};
+    const bool stat_ok = ::fstat(fd, &st) == 0;
+    g_nonblock_on_stop[fd] = stat_ok &&
+                             (launched || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) &&
+                             !S_ISREG(st.st_mode);
+  }
   struct sigaction sa {};
   sa.sa_handler = taco_stop_handler;
   sigemptyset(&sa.sa_mask);

@@ -4,9 +4,16 @@
 //
 // Writing (collective over the world): rank 0 makes <dir>/step_N.tmp/; every rank writes its file
 // there as rank_R.bin.part, flushes it to disk and renames it to rank_R.bin; once all ranks have,
-// rank 0 renames the folder to step_N, writes the COMPLETE marker last, and deletes all but the
-// `keep` newest complete checkpoints. A crash at any point leaves either a folder without the
-// marker (skipped on resume, with a warning) or the previous checkpoints untouched.
+// rank 0 renames the folder to step_N, writes the COMPLETE marker last, then applies retention.
+// A crash at any point leaves either a folder without the marker (skipped on resume, with a
+// warning) or the previous checkpoints untouched.
+//
+// Retention counts verified checkpoints only: the `keep` newest by step whose marker is there and
+// whose every rank file checks out (size and checksum; each rank checks its own file, once per
+// folder and run: the ones this run wrote or resumed from are known good). A damaged folder is
+// reported and moved aside to step_N.damaged (never deleted, never counted); complete folders
+// older than the keep-th verified one are deleted, marker-less ones too. So the newest verified
+// checkpoint, and the one this run resumed from until a newer verified one exists, always stay.
 //
 // A rank file: "TACOCKP1", u32 version, u64 header length, the header (text lines "key=value",
 // one "section=NAME BYTES" per section, in order), the sections' bytes, a u64 checksum of
@@ -23,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +55,8 @@ void write_rank_checkpoint(const std::string& path,
                            const std::vector<CheckpointPart>& sections);
 // Reads and checks one rank file; throws UserError naming the file and what is wrong.
 RankCheckpoint read_rank_checkpoint(const std::string& path);
+// The same checks without keeping the data (reads in pieces of 4 MB).
+void verify_rank_checkpoint(const std::string& path);
 
 std::string checkpoint_step_name(int64_t step);  // "step_00000120"
 std::string rank_file_name(int rank);            // "rank_00003.bin"
@@ -54,6 +64,13 @@ std::string rank_file_name(int rank);            // "rank_00003.bin"
 // The newest complete checkpoint folder under `dir` (marker present), or "" if none; `partial`
 // collects folders without a marker. Single-process (tools).
 std::string newest_complete_checkpoint(const std::string& dir, std::vector<std::string>* partial);
+// Every complete checkpoint folder under `dir` (marker present), newest step first (tools that
+// fall back to an older one when the newest is damaged, as the trainer does).
+std::vector<std::string> complete_checkpoints(const std::string& dir);
+
+// Collective. Refuses (UserError on every rank, naming the folder) a checkpoint folder that
+// cannot be written: every rank creates and removes a file there, before training starts.
+void check_checkpoint_dir_writable(const std::string& dir, MPI_Comm world);
 
 class Checkpointer {
  public:
@@ -75,11 +92,22 @@ class Checkpointer {
   // Collective. The newest complete checkpoint's step (no file checks), or -1.
   int64_t newest_step();
 
+  // The step restore() loaded, or -1.
+  int64_t resumed_step() const { return resumed_step_; }
+
  private:
+  // Collective: retention after a save (see the top of this file).
+  void apply_retention();
+  // Collective: every rank file of `folder` (written by `world` ranks) checks out; else false
+  // and `message` says which one and why, on every rank.
+  bool verify_folder(const std::string& folder, int world, std::string* message);
+
   std::string dir_;
   int keep_;
   MPI_Comm world_;
   int rank_ = 0, size_ = 1;
+  int64_t resumed_step_ = -1;
+  std::set<int64_t> known_good_;  // steps of the folders this run wrote, loaded or verified
 };
 
 // SIGINT/SIGTERM: the handler only records the signal; the trainer checks stop_signal() after

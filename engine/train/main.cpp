@@ -3,8 +3,14 @@
 // With no CONFIG the embedded default (configs/tiny-cpu.yaml) runs. Every rank loads and
 // validates the same config; bad input ends every rank with exit code 2 and one line from the
 // lowest rank that saw it. A failure during training aborts the whole job (no rank waits on a
-// peer that died).
+// peer that died; the watchdog, parallel.timeout_s, ends a rank stuck in a call with one).
+//
+// Nothing in the run folder changes until every check has passed: the Trainer's constructor
+// (layout, data, checkpoint to resume, overwrite refusal) and the writable-folder probe run
+// first; only then are config.yaml written and the log lines so far put into log.txt. The saved
+// config.yaml keeps the file's own checkpoint.resume: --resume is an action, not config.
 #include <mpi.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -18,10 +24,14 @@
 
 #include "engine/config/config.h"
 #include "engine/config/default_config.h"
+#include "engine/data/shards.h"
 #include "engine/runtime/log.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/schedule.h"
 #include "engine/train/trainer.h"
 #include "kernels/check.h"
+#include "parallel/fault_point.h"
+#include "parallel/watchdog.h"
 
 namespace {
 
@@ -79,6 +89,7 @@ int collectively(int rank, const std::function<void()>& fn) {
   }
   int worst = 0, first_failed = 0;
   int mine = code ? rank : 1 << 30;
+  taco::WatchScope watch("all_reduce", "startup", -1, MPI_COMM_WORLD, "world");
   MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (code && rank == first_failed)
@@ -86,11 +97,76 @@ int collectively(int rank, const std::function<void()>& fn) {
   return worst;
 }
 
+// MPI_Finalize waits for every peer: watched, as a call with a peer that may have died.
+void finalize() {
+  taco::WatchScope watch("finalize", "exit", -1, MPI_COMM_WORLD, "world");
+  MPI_Finalize();
+}
+
 int local_rank_from_env() {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
     if (const char* v = std::getenv(var)) return std::atoi(v);
   }
   return 0;
+}
+
+taco::Config load(const Args& args, const std::vector<std::string>& overrides) {
+  return args.config_path.empty()
+             ? taco::load_config_text(taco::kDefaultConfigYaml, taco::kDefaultConfigName, overrides)
+             : taco::load_config_file(args.config_path, overrides);
+}
+
+// Warnings for a resumed run whose schedule differs from the run that wrote the checkpoint (its
+// config.yaml in the run folder): the cosine is recomputed over the new train.steps, so the
+// learning rate jumps at the first resumed step.
+void warn_schedule_change(const taco::Config& now, const std::string& saved_path, int start) {
+  std::error_code ec;
+  if (start <= 0 || !std::filesystem::exists(saved_path, ec)) return;
+  taco::Config saved;
+  try {
+    saved = taco::load_config_file(saved_path, {});
+  } catch (const std::exception&) {
+    return;  // a config.yaml of an older build: nothing to compare with
+  }
+  const auto& a = saved.train;
+  const auto& b = now.train;
+  std::string changes;
+  auto differ = [&](const char* key, const std::string& was, const std::string& is) {
+    if (was != is)
+      changes += std::string(changes.empty() ? "" : ", ") + key + " " + was + " -> " + is;
+  };
+  differ("train.steps", std::to_string(a.steps), std::to_string(b.steps));
+  differ("train.lr", fmt::format("{:g}", a.lr), fmt::format("{:g}", b.lr));
+  differ("train.warmup_steps", std::to_string(a.warmup_steps), std::to_string(b.warmup_steps));
+  differ("train.min_lr_frac", fmt::format("{:g}", a.min_lr_frac),
+         fmt::format("{:g}", b.min_lr_frac));
+  if (changes.empty()) return;
+  const double was = taco::learning_rate(start - 1, a.steps, a.lr, a.warmup_steps, a.min_lr_frac);
+  const double is = taco::learning_rate(start, b.steps, b.lr, b.warmup_steps, b.min_lr_frac);
+  spdlog::warn(
+      "resuming at step {} with a changed schedule ({}; the checkpoint's run: {}): the "
+      "learning rate goes from {:.2e} at step {} to {:.2e} at step {}; keep the old values to "
+      "continue the same schedule",
+      start, changes, saved_path, was, start, is, start + 1);
+}
+
+// One warning per data set that holds less than it is asked for once: every step (or every
+// evaluation) then repeats the same tokens.
+void warn_small_data(const taco::Config& c) {
+  const uint64_t train = taco::count_shard_tokens(c.data.train);
+  if (train > 0 && train < uint64_t(c.train.global_batch_tokens))
+    spdlog::warn(
+        "data.train '{}': {} tokens, fewer than one batch (train.global_batch_tokens = {}): "
+        "every step sees the same tokens again; use more data or a smaller batch",
+        c.data.train, train, c.train.global_batch_tokens);
+  if (c.data.val.empty()) return;
+  const uint64_t val = taco::count_shard_tokens(c.data.val);
+  const uint64_t eval = uint64_t(c.log.eval_batches) * c.train.micro_batch_size * c.model.seq_len;
+  if (val > 0 && val < eval)
+    spdlog::warn(
+        "data.val '{}': {} tokens, fewer than one evaluation (log.eval_batches x "
+        "micro_batch_size x seq_len = {}): the validation loss counts windows twice",
+        c.data.val, val, eval);
 }
 
 }  // namespace
@@ -110,15 +186,21 @@ int main(int argc, char** argv) {
   ctx.world = MPI_COMM_WORLD;
   ctx.local_rank = local_rank_from_env();
   taco::install_stop_signal_handlers();
+  // mpirun stops reading the ranks' output once it is told to stop (SIGINT/SIGTERM): a log line
+  // written then must fail (EPIPE), not kill the rank before it has saved its checkpoint.
+  std::signal(SIGPIPE, SIG_IGN);
+  taco::init_fault_point(rank);
+  std::string file_resume;  // checkpoint.resume as the file and its --set give it
 
   int rc = collectively(rank, [&] {
     args = parse_args(argc, argv);
     if (args.help) return;
-    if (args.resume) args.overrides.push_back("checkpoint.resume=true");
-    config = args.config_path.empty()
-                 ? taco::load_config_text(taco::kDefaultConfigYaml, taco::kDefaultConfigName,
-                                          args.overrides)
-                 : taco::load_config_file(args.config_path, args.overrides);
+    std::vector<std::string> overrides = args.overrides;
+    if (args.resume) overrides.push_back("checkpoint.resume=true");
+    config = load(args, overrides);
+    file_resume =
+        args.resume ? load(args, args.overrides).checkpoint.resume : config.checkpoint.resume;
+    taco::start_watchdog(config.parallel.timeout_s, rank);
   });
   if (rc == 0 && args.help) {
     if (rank == 0) std::fputs(kUsage, stdout);
@@ -129,25 +211,55 @@ int main(int argc, char** argv) {
     rc = collectively(rank, [&] {
       namespace fs = std::filesystem;
       ctx.run_dir = (fs::path(config.run.dir) / config.run.name).string();
-      if (rank == 0) {
+      if (rank == 0) {  // an empty folder changes nothing; its files wait for the checks below
         std::error_code ec;
         fs::create_directories(ctx.run_dir, ec);
         if (ec)
           throw taco::UserError(ctx.run_dir + ": cannot create run directory: " + ec.message() +
                                 " (set run.dir)");
-        std::ofstream(ctx.run_dir + "/config.yaml") << taco::config_to_yaml(config);
       }
-      MPI_Barrier(MPI_COMM_WORLD);
-      taco::init_logging(rank, config.log.all_ranks, rank == 0 ? ctx.run_dir + "/log.txt" : "");
+      {
+        taco::WatchScope watch("barrier", "startup", -1, MPI_COMM_WORLD, "world");
+        MPI_Barrier(MPI_COMM_WORLD);
+      }
+      // Until the checks have passed, the log lines wait in memory (rank 0 writes them below).
+      taco::init_logging(rank, config.log.all_ranks);
+      auto pending = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(100000);
+      pending->set_pattern(config.log.all_ranks ? "[rank " + std::to_string(rank) + "] %v" : "%v");
+      spdlog::default_logger()->sinks().push_back(pending);
+      for (const std::string& w : taco::config_warnings(config)) spdlog::warn("{}", w);
       spdlog::info("taco-train: {} ({} rank{})", config.source, world, world == 1 ? "" : "s");
-      spdlog::info("effective config (saved to {}/config.yaml):\n{}", ctx.run_dir,
-                   taco::config_to_yaml(config));
+      taco::Config saved = config;
+      saved.checkpoint.resume = file_resume;
+      const std::string saved_yaml = taco::config_to_yaml(saved);
+      spdlog::info("effective config (saved to {}/config.yaml):\n{}", ctx.run_dir, saved_yaml);
+      if (config.checkpoint.keep > 0) {
+        const std::string dir =
+            config.checkpoint.dir.empty() ? ctx.run_dir + "/ckpt" : config.checkpoint.dir;
+        taco::check_checkpoint_dir_writable(dir, MPI_COMM_WORLD);
+      }
       trainer = std::make_unique<taco::Trainer>(config, ctx);
       spdlog::info("{}", trainer->describe());
+      const std::string config_path = ctx.run_dir + "/config.yaml";
+      if (rank == 0) {
+        warn_small_data(config);
+        warn_schedule_change(config, config_path, trainer->start_step());
+        std::ofstream out(config_path + ".part");
+        out << saved_yaml;
+        out.close();
+        std::error_code ec;
+        if (!out || (fs::rename(config_path + ".part", config_path, ec), ec))
+          throw taco::UserError(config_path + ": cannot write the run's config (" +
+                                (ec ? ec.message() : std::string("write failed")) +
+                                "); check run.dir's free space and permissions");
+        std::ofstream log(ctx.run_dir + "/log.txt", std::ios::app);
+        for (const std::string& line : pending->last_formatted()) log << line;
+      }
+      taco::init_logging(rank, config.log.all_ranks, rank == 0 ? ctx.run_dir + "/log.txt" : "");
     });
   }
   if (rc != 0) {
-    MPI_Finalize();
+    finalize();
     return rc;
   }
 
@@ -172,13 +284,13 @@ int main(int argc, char** argv) {
                  : sig == SIGTERM ? "SIGTERM"
                                   : "a signal",
                  history.steps_done, history.checkpoint);
-    MPI_Finalize();
+    finalize();
     return 128 + sig;
   }
   if (history.start_step >= config.train.steps)
     spdlog::info("the checkpoint is at step {} of train.steps {}: nothing left to train",
                  history.start_step, config.train.steps);
   spdlog::info("done: outputs in {}/", ctx.run_dir);
-  MPI_Finalize();
+  finalize();
   return 0;
 }

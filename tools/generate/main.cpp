@@ -4,7 +4,8 @@
 //   taco-generate RUN_DIR|CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T]
 //                 [--top-k K] [--seed S] [--config FILE] [--bpe-dir DIR]
 //
-// RUN_DIR (runs/<name>) uses its config.yaml and its newest complete checkpoint; a checkpoint
+// RUN_DIR (runs/<name>) uses its config.yaml and its newest complete checkpoint that loads (a
+// damaged newer one is skipped with a warning, as the trainer does); a checkpoint
 // folder (.../ckpt/step_N) uses the config.yaml two levels up unless --config names one. The
 // checkpoint may come from any tp/pp/dp layout, CPU or GPU (engine/train/checkpoint_model.h).
 #include <algorithm>
@@ -160,16 +161,28 @@ int run(const Options& o) {
   if (!fs::exists(config_path))
     throw UserError(config_path + ": no config.yaml for this run; pass --config FILE");
   const taco::Config cfg = taco::load_config_file(config_path, {});
+  taco::FullState full;
   if (folder.empty()) {
+    // The newest checkpoint that loads, as the trainer resumes: a damaged newer one is skipped.
     const std::string dir =
         cfg.checkpoint.dir.empty() ? (fs::path(o.path) / "ckpt").string() : cfg.checkpoint.dir;
-    folder = taco::newest_complete_checkpoint(dir, nullptr);
-    if (folder.empty())
+    const std::vector<std::string> folders = taco::complete_checkpoints(dir);
+    if (folders.empty())
       throw UserError(dir +
                       ": no complete checkpoint; train first (taco-train saves one at the "
                       "end and on SIGINT/SIGTERM)");
+    for (size_t i = 0; i < folders.size() && folder.empty(); ++i) {
+      try {
+        full = taco::load_full_state(folders[i], cfg);
+        folder = folders[i];
+      } catch (const taco::UserError& e) {
+        if (i + 1 == folders.size()) throw;
+        std::fprintf(stderr, "taco-generate: warning: %s; trying an older checkpoint\n", e.what());
+      }
+    }
+  } else {
+    full = taco::load_full_state(folder, cfg);
   }
-  const taco::FullState full = taco::load_full_state(folder, cfg);
   const std::vector<float>& full_params = full.sections.at("params");
   Tokenizer tok(cfg.model.vocab_size, o.bpe_dir);
 
