@@ -7,6 +7,7 @@
 
 #include "engine/runtime/arena.h"
 #include "kernels/check.h"
+#include "parallel/watchdog.h"
 
 namespace taco {
 
@@ -153,6 +154,7 @@ void CompressedSiteComm::record(const char* site, CommOp native, size_t logical,
 }
 
 void CompressedSiteComm::all_reduce(const Tensor& x, int rows, const char* site, int layer) {
+  WatchScope watch("all_reduce", site, layer, comm_);
   const Codec* codec = codec_for(site, layer, x.bytes());
   if (!codec) return SiteComm::all_reduce(x, rows, site, layer);
   const auto t0 = Clock::now();
@@ -172,6 +174,7 @@ void CompressedSiteComm::all_reduce(const Tensor& x, int rows, const char* site,
 
 void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows,
                                         const char* site, int layer) {
+  WatchScope watch("reduce_scatter", site, layer, comm_);
   const Codec* codec = codec_for(site, layer, in.bytes());
   if (!codec) return SiteComm::reduce_scatter(in, out, rows, site, layer);
   TACO_CHECK(in.dtype == out.dtype && out.numel * size_t(size()) == in.numel,
@@ -195,6 +198,7 @@ void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int
 
 void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
                                     int layer) {
+  WatchScope watch("all_gather", site, layer, comm_);
   const Codec* codec = codec_for(site, layer, out.bytes());
   if (!codec) return SiteComm::all_gather(in, out, rows, site, layer);
   TACO_CHECK(in.dtype == out.dtype && in.numel * size_t(size()) == out.numel,
@@ -219,6 +223,7 @@ void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int row
 }
 
 void CompressedSiteComm::send(const Tensor& x, int peer, const char* site, int layer) {
+  WatchScope watch("send", site, layer, comm_, peer);
   const Codec* codec = codec_for(site, layer, x.bytes());
   if (!codec) return SiteComm::send(x, peer, site, layer);
   const auto t0 = Clock::now();
@@ -236,6 +241,7 @@ void CompressedSiteComm::send(const Tensor& x, int peer, const char* site, int l
 }
 
 void CompressedSiteComm::recv(const Tensor& x, int peer, const char* site, int layer) {
+  WatchScope watch("recv", site, layer, comm_, peer);
   const Codec* codec = codec_for(site, layer, x.bytes());
   if (!codec) return SiteComm::recv(x, peer, site, layer);
   const auto t0 = Clock::now();
@@ -253,6 +259,7 @@ void CompressedSiteComm::recv(const Tensor& x, int peer, const char* site, int l
 
 void CompressedSiteComm::send_recv(const Tensor& out, int dst, const char* out_site,
                                    const Tensor& in, int src, const char* in_site) {
+  WatchScope watch("send_recv", out_site, -1, comm_, dst, src);
   const Codec* out_codec = codec_for(out_site, -1, out.bytes());
   const Codec* in_codec = codec_for(in_site, -1, in.bytes());
   // Both directions compressed or neither: a mixed pair would need two kinds of buffers in one

@@ -32,6 +32,7 @@
 #include "parallel/site_comm.h"
 #include "parallel/staged_communicator.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/watchdog.h"
 
 namespace taco {
 
@@ -95,6 +96,7 @@ DType choose_dtype(const std::string& precision, DeviceKind device, const std::s
 // A host double summed over a group (loss sums, squared norms), in double.
 double sum_over(MPI_Comm comm, double x) {
   double out = 0;
+  WatchScope watch("all_reduce", "step sums", -1, comm, "world/model");
   MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, comm);
   return out;
 }
@@ -674,7 +676,10 @@ TrainHistory Trainer::run() {
     if (s.ctx.after_step) s.ctx.after_step(done);
     // A signal on any rank stops every rank after the same step.
     int signal = stop_signal(), agreed = 0;
-    MPI_Allreduce(&signal, &agreed, 1, MPI_INT, MPI_MAX, s.grid->world().comm());
+    {
+      WatchScope watch("all_reduce", "stop signal", -1, s.grid->world().comm(), "world");
+      MPI_Allreduce(&signal, &agreed, 1, MPI_INT, MPI_MAX, s.grid->world().comm());
+    }
     if (s.checkpointer) {
       const int every = s.cfg.checkpoint.every;
       if ((every > 0 && done % every == 0) || agreed != 0 || done == tc.steps) {
