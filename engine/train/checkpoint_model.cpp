@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -146,6 +147,25 @@ FullState load_full_state(const std::string& folder, const Config& cfg) {
       throw UserError(folder + ": no rank holds parameter " + full.params()[i].name +
                       "; the checkpoint does not match the run's config");
   return out;
+}
+
+FullState load_newest_full_state(const std::string& dir, const Config& cfg, const char* tool,
+                                 std::string* folder) {
+  const std::vector<std::string> folders = complete_checkpoints(dir);
+  if (folders.empty())
+    throw UserError(dir +
+                    ": no complete checkpoint; train first (taco-train saves one at the end and "
+                    "on SIGINT/SIGTERM)");
+  for (size_t i = 0;; ++i) {
+    try {
+      FullState full = load_full_state(folders[i], cfg);
+      *folder = folders[i];
+      return full;
+    } catch (const UserError& e) {
+      if (i + 1 == folders.size()) throw;
+      std::fprintf(stderr, "%s: warning: %s; trying an older checkpoint\n", tool, e.what());
+    }
+  }
 }
 
 void write_full_state(const FullState& state, const Config& target, const std::string& folder) {

@@ -34,6 +34,13 @@ struct FullState {
 // Throws UserError naming the file for a missing, damaged or mismatching rank file.
 FullState load_full_state(const std::string& folder, const Config& cfg);
 
+// The newest complete checkpoint in `dir` that loads for `cfg`, as the trainer resumes: a damaged
+// newer one is skipped with one warning line on stderr, prefixed "`tool`: warning: ". `folder`
+// gets the one loaded. UserError when no checkpoint is complete (naming `dir`), or the oldest
+// one's error when none loads.
+FullState load_newest_full_state(const std::string& dir, const Config& cfg, const char* tool,
+                                 std::string* folder);
+
 // Writes `state` as a checkpoint folder for the layout of `target` (parallel.tp/pp/dp/zero; the
 // same model), rank files and COMPLETE marker, single process. The folder must not exist.
 void write_full_state(const FullState& state, const Config& target, const std::string& folder);

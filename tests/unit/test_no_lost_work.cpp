@@ -288,5 +288,19 @@ TEST(TacoGenerate, FallsBackPastADamagedNewestCheckpoint) {
   EXPECT_NE(after.output.find("(step 2)"), std::string::npos) << after.output;
 }
 
+TEST(TacoReshard, FallsBackPastADamagedNewestCheckpoint) {
+  Cli cli("nlw_reshard");
+  ASSERT_EQ(cli.run("--set run.name=r --set train.steps=3 --set checkpoint.every=1").exit_code, 0);
+  const std::string run = cli.dir + "/runs/r";
+  truncate_rank_file(run + "/ckpt/step_00000003");
+  auto r = test::run_command("cd " + cli.dir + " && " + test::binary_dir() + "/taco-reshard " +
+                             run + " --set parallel.tp=2 --set run.name=r2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step_00000003/rank_00000.bin"), std::string::npos)
+      << "names the damaged file: " << r.output;
+  EXPECT_NE(r.output.find("(step 2)"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(cli.dir + "/runs/r2/ckpt/step_00000002/COMPLETE"));
+}
+
 }  // namespace
 }  // namespace taco

@@ -166,20 +166,7 @@ int run(const Options& o) {
     // The newest checkpoint that loads, as the trainer resumes: a damaged newer one is skipped.
     const std::string dir =
         cfg.checkpoint.dir.empty() ? (fs::path(o.path) / "ckpt").string() : cfg.checkpoint.dir;
-    const std::vector<std::string> folders = taco::complete_checkpoints(dir);
-    if (folders.empty())
-      throw UserError(dir +
-                      ": no complete checkpoint; train first (taco-train saves one at the "
-                      "end and on SIGINT/SIGTERM)");
-    for (size_t i = 0; i < folders.size() && folder.empty(); ++i) {
-      try {
-        full = taco::load_full_state(folders[i], cfg);
-        folder = folders[i];
-      } catch (const taco::UserError& e) {
-        if (i + 1 == folders.size()) throw;
-        std::fprintf(stderr, "taco-generate: warning: %s; trying an older checkpoint\n", e.what());
-      }
-    }
+    full = taco::load_newest_full_state(dir, cfg, "taco-generate", &folder);
   } else {
     full = taco::load_full_state(folder, cfg);
   }

@@ -28,9 +28,9 @@ using taco::UserError;
 const char* const kUsage =
     "usage: taco-reshard RUN_DIR|CHECKPOINT_DIR --set key=value [--set ...] [--config FILE]\n"
     "\n"
-    "Writes the checkpoint (a run's newest complete one, or the folder given) for the layout\n"
-    "that the --set overrides give the run's config.yaml, into <run.dir>/<run.name>/ of that\n"
-    "target config (set run.name to a new name). Example:\n"
+    "Writes the checkpoint (a run's newest complete one that loads, or the folder given) for the\n"
+    "layout that the --set overrides give the run's config.yaml, into <run.dir>/<run.name>/ of\n"
+    "that target config (set run.name to a new name). Example:\n"
     "  taco-reshard runs/tiny-cpu --set parallel.tp=1 --set run.name=tiny-cpu-tp1\n"
     "  taco-train runs/tiny-cpu-tp1/config.yaml --resume\n";
 
@@ -71,11 +71,14 @@ int run(int argc, char** argv) {
   if (!fs::exists(config_path))
     throw UserError(config_path + ": no config.yaml for this run; pass --config FILE");
   const taco::Config source = taco::load_config_file(config_path, {});
+  taco::FullState state;
   if (folder.empty()) {
     const std::string dir =
         source.checkpoint.dir.empty() ? (fs::path(src) / "ckpt").string() : source.checkpoint.dir;
-    folder = taco::newest_complete_checkpoint(dir, nullptr);
-    if (folder.empty()) throw UserError(dir + ": no complete checkpoint to reshard");
+    // The newest checkpoint that loads, as the trainer resumes: a damaged newer one is skipped.
+    state = taco::load_newest_full_state(dir, source, "taco-reshard", &folder);
+  } else {
+    state = taco::load_full_state(folder, source);
   }
   std::ifstream in(config_path);
   const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -100,7 +103,6 @@ int run(int argc, char** argv) {
   if (!taco::newest_complete_checkpoint((out_dir / "ckpt").string(), nullptr).empty())
     throw UserError(out_dir.string() + "/ckpt already holds checkpoints; choose another run.name");
 
-  const taco::FullState state = taco::load_full_state(folder, source);
   const std::string dst = (out_dir / "ckpt" / taco::checkpoint_step_name(state.step)).string();
   fs::create_directories(out_dir / "ckpt");
   taco::write_full_state(state, target, dst);
