@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -192,6 +193,22 @@ WatchScope::WatchScope(const char* op, const char* site, int layer, MPI_Comm gro
     MPI_Comm_size(group, &size);
   }
   armed_ = open_call(op, site, layer, group_name, rank, size, group, peer, second_peer);
+}
+
+WatchScope::WatchScope(const char* op, const char* site, int world_rank, int world_size) {
+  armed_ =
+      open_call(op, site, -1, "world", world_rank, world_size, MPI_COMM_NULL, kNoPeer, kNoPeer);
+}
+
+std::pair<int, int> launcher_rank_and_size() {
+  for (const auto& [rank_var, size_var] :
+       {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+        std::pair{"PMI_RANK", "PMI_SIZE"}, std::pair{"SLURM_PROCID", "SLURM_NTASKS"}}) {
+    const char* r = std::getenv(rank_var);
+    const char* n = std::getenv(size_var);
+    if (r && n) return {std::atoi(r), std::max(1, std::atoi(n))};
+  }
+  return {0, 1};
 }
 
 WatchScope::~WatchScope() {

@@ -26,6 +26,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <utility>
 
 #include "parallel/communicator.h"
 
@@ -34,6 +35,10 @@ namespace taco {
 // The exit code of a rank the watchdog ended (EX_TEMPFAIL: resume from the last checkpoint).
 inline constexpr int kWatchdogExitCode = 75;
 inline constexpr int kNoPeer = -1;  // a collective: every other rank of the group
+
+// This process's world rank and size from the launcher's environment (OpenMPI, PMI, Slurm), for
+// scopes and messages before MPI_Init; {0, 1} where none says.
+std::pair<int, int> launcher_rank_and_size();
 
 // Starts the watchdog thread, or changes its timeout when it runs. timeout_s <= 0 disables it.
 // `world_rank` names this rank in the message.
@@ -52,6 +57,9 @@ class WatchScope {
   // The same over a raw MPI communicator named `group_name`.
   WatchScope(const char* op, const char* site, int layer, MPI_Comm group, const char* group_name,
              int peer = kNoPeer, int second_peer = kNoPeer);
+  // Before MPI_Init (no communicator to ask): this process is world rank `world_rank` of
+  // `world_size` ranks as the launcher's environment gives them, waiting on all the others.
+  WatchScope(const char* op, const char* site, int world_rank, int world_size);
   ~WatchScope();
   WatchScope(const WatchScope&) = delete;
   WatchScope& operator=(const WatchScope&) = delete;

@@ -12,7 +12,9 @@
 #include <mpi.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
+#include <algorithm>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -169,10 +171,32 @@ void warn_small_data(const taco::Config& c) {
         c.data.val, val, eval);
 }
 
+// parallel.timeout_s as the command line and config give it, read before MPI_Init (which waits
+// for every rank and hangs when one dies meanwhile); the default where they cannot be read yet
+// (the error is reported collectively later).
+double startup_timeout(int argc, char** argv) {
+  try {
+    const Args args = parse_args(argc, argv);
+    if (!args.help) return load(args, args.overrides).parallel.timeout_s;
+  } catch (const std::exception&) {
+  }
+  return taco::ParallelSection{}.timeout_s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  {
+    // A peer that dies inside MPI_Init leaves the others waiting there: watched too, with at
+    // least 10 s, since a loaded machine can take seconds to start many ranks.
+    const auto [launch_rank, launch_size] = taco::launcher_rank_and_size();
+    const double timeout = startup_timeout(argc, argv);
+    taco::start_watchdog(timeout > 0 ? std::max(timeout, 10.0) : 0.0, launch_rank);
+    taco::init_fault_point(launch_rank);
+    taco::fault_point("startup");
+    taco::WatchScope watch("MPI_Init", "startup", launch_rank, launch_size);
+    MPI_Init(&argc, &argv);
+  }
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);

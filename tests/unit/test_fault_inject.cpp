@@ -145,6 +145,24 @@ TEST(FaultInject, WatchdogEndsTheSurvivorWhateverMpirunIsTold) {
   EXPECT_EQ(std::stoi(left.output), 0) << "a rank outlived the job";
 }
 
+// A rank that dies before MPI_Init leaves the others inside it (OpenMPI's start-up exchange
+// waits for every rank): the watchdog watches MPI_Init too, with at least 10 s.
+TEST(FaultInject, WatchdogEndsRanksLeftInsideMpiInit) {
+  Job job("nlw_watchdog_init");
+  write_config(job);
+  const auto t0 = Clock::now();
+  auto r = job.run("i", "", "TACO_FAULT_POINT=startup@1",
+                   "--mca orte_abort_on_non_zero_status 0 --mca orte_enable_recovery 1");
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_NE(r.exit_code, 124) << "hung:\n" << r.output;
+  EXPECT_LT(s, 10 + kGoneWithinSeconds) << r.output;
+  const size_t at = r.output.find("taco: rank 0: watchdog: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+  EXPECT_NE(line.find("inside MPI_Init"), std::string::npos) << line;
+  EXPECT_NE(line.find("rank(s) 1"), std::string::npos) << line;
+}
+
 // Ctrl-C to mpirun: OpenMPI 4.1 stops reading the ranks' output, sends them SIGTERM and SIGKILL
 // odls_base_sigkill_timeout seconds later (default 1 s, the README raises it). A log line written
 // in between used to block rank 0 on its full pty (or kill it with SIGPIPE) before it saved;
