@@ -5,8 +5,8 @@
 // Score: the mean over channels (columns) of the per-channel relative error
 //   e_c = ||x^[:, c] - x[:, c]|| / ||x[:, c]||,  score = mean_c e_c   (channels with ||x_c|| > 0)
 // accumulated over every observed tensor. A global ||x^ - x|| / ||x|| hides the damage that a
-// transform along hidden does to small channels next to outlier channels (DESIGN.md §4: 4.5x on
-// small channels while the global error barely moves), so it is reported but not used. A flat
+// transform along hidden does to small channels next to outlier channels (docs/design.md §4: 4.5x
+// on small channels while the global error barely moves), so it is reported but not used. A flat
 // message (rows = 1) has no channels; there the global error is the score.
 //
 // Choice: among the candidates whose G divides every observed tensor along the axis, those

@@ -1,4 +1,4 @@
-// Which codec, with which options: the typed form of a config CodecSpec (DESIGN.md §4, §9).
+// Which codec, with which options: the typed form of a config CodecSpec (docs/design.md §4, §9).
 //
 //   none        the raw fp32/bf16 values (what a compressed collective sends when a message is
 //               below min_bytes, or what a test compares against)

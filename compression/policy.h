@@ -1,5 +1,5 @@
 // Which codec compresses which message: the config's compression section resolved into a
-// table over (layer, site) (DESIGN.md §3, §9).
+// table over (layer, site) (docs/design.md §3, §9).
 //
 //   compression:
 //     default: { codec: none }

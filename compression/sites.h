@@ -1,4 +1,4 @@
-// The communication sites of a training step (DESIGN.md §3) as a typed enum for the hot path
+// The communication sites of a training step (docs/design.md §3) as a typed enum for the hot path
 // (policy tables, statistics). Names, their order and the layer-range syntax come from
 // compression/spec.h (kSiteNames, site_index, parse_layer_ranges), which engine/config embeds, so
 // config validation and the policy read rules identically.

@@ -1,4 +1,4 @@
-// What a YAML experiment file says about compression (DESIGN.md §9), the names of the
+// What a YAML experiment file says about compression (docs/design.md §9), the names of the
 // communication sites (§3) and the layer-range syntax of rules: compression/ owns them, so the
 // policy needs nothing above it, and engine/config embeds them in its Config, so config
 // validation and the policy read rules identically.
@@ -31,14 +31,14 @@ struct CompressionSection {
   CodecSpec default_spec;  // YAML key: default
   int64_t min_bytes = 0;   // messages smaller than this are sent uncompressed
   int calibrate_steps = 0;
-  // Pipeline pieces of one compressed collective on device buffers (DESIGN.md §5, overlap): the
-  // encode of piece i+1 runs while piece i is on the wire. YAML `auto` (0 here: pieces of at
+  // Pipeline pieces of one compressed collective on device buffers (docs/design.md §5, overlap):
+  // the encode of piece i+1 runs while piece i is on the wire. YAML `auto` (0 here: pieces of at
   // least 4 MiB, at most 8, one for messages under 8 MiB) or an integer >= 1.
   int chunks = 0;
   std::vector<CompressionRule> rules;  // first match wins
 };
 
-// Communication sites (DESIGN.md §3), in a fixed order that per-site tables may index.
+// Communication sites (docs/design.md §3), in a fixed order that per-site tables may index.
 inline constexpr int kNumSites = 15;
 inline constexpr std::array<std::string_view, kNumSites> kSiteNames = {
     "embed.fwd",    "embed.bwd",   "attn.in.fwd", "attn.in.bwd", "attn.out.fwd",

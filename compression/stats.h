@@ -43,7 +43,7 @@ struct SiteStats {
 //   global        ||x^ - x|| / ||x||                                   (all elements pooled)
 //   mean_channel  mean over channels c with ||x_c|| > 0 of ||x^_c - x_c|| / ||x_c||
 // The mean over channels sees what the global figure hides: small channels whose error grows
-// while a few large ones dominate the norm (DESIGN.md §4).
+// while a few large ones dominate the norm (docs/design.md §4).
 class ChannelErrors {
  public:
   void add(const float* x, const float* xhat, int64_t rows, int64_t cols);

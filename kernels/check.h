@@ -1,4 +1,4 @@
-// The one error type and the one status-check helper for the whole project (DESIGN.md §6).
+// The one error type and the one status-check helper for the whole project (docs/design.md §6).
 //
 // Every failure becomes a taco::Error carrying a one-line message and a process exit code:
 //   2  input the user can fix (config, data, layout, a corrupted buffer): the message says what

@@ -1,4 +1,5 @@
-// Communicator: the collectives and point-to-point calls of one process group (DESIGN.md §2-§3).
+// Communicator: the collectives and point-to-point calls of one process group (docs/design.md
+// §2-§3).
 //
 // Backends: MpiCommunicator (host memory; parallel/mpi_communicator.h), later an NCCL one for
 // device memory and a device-staged MPI path. Everything above (compressed collectives, TP

@@ -1,5 +1,5 @@
-// Collectives whose payload travels encoded by a Codec (DESIGN.md §5), over any Communicator, on
-// host memory. Messages are [rows, cols] row-major, fp32 or bf16; p = comm.size(), me = rank.
+// Collectives whose payload travels encoded by a Codec (docs/design.md §5), over any Communicator,
+// on host memory. Messages are [rows, cols] row-major, fp32 or bf16; p = comm.size(), me = rank.
 //
 //   all_reduce (two-shot)  split x into p row chunks x_c; encode each; all_to_all the encoded
 //                          chunks; s_me = sum over ranks r (in rank order) of decode(chunk me

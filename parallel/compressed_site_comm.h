@@ -1,4 +1,4 @@
-// A SiteComm that compresses the sites its CompressionPolicy names (DESIGN.md §3, §5).
+// A SiteComm that compresses the sites its CompressionPolicy names (docs/design.md §3, §5).
 //
 // Every call asks the policy for (layer, site, logical bytes). Codec none, a site the policy does
 // not know (sp.grad, tied.grad), or a group of one: the backend's native collective, exactly as

@@ -1,4 +1,4 @@
-// The one status check for MPI calls (STYLE.md: one helper per library). Every taco
+// The one status check for MPI calls (docs/style.md: one helper per library). Every taco
 // communicator sets MPI_ERRORS_RETURN, so a failing call comes back here instead of aborting,
 // and becomes taco::Error (exit code 1) with one line:
 //   rank 1: MPI MPI_Allreduce failed (15): all_reduce of 4000 bytes in group tp: MPI_ERR_TRUNCATE:

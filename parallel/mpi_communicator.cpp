@@ -50,7 +50,8 @@ void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
 }
 
-// inout[i] = max(in[i], inout[i]), NaN if either is NaN (a NaN must stay visible, DESIGN.md §6).
+// inout[i] = max(in[i], inout[i]), NaN if either is NaN (a NaN must stay visible, docs/design.md
+// §6).
 void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
   const bf16* a = static_cast<const bf16*>(in);
   bf16* b = static_cast<bf16*>(inout);

@@ -1,8 +1,8 @@
-// The one door every collective of a training step goes through (DESIGN.md §3): each call names
-// its site ("attn.out.fwd", "dp.grad", ...) and layer, is routed to the group's communicator's
-// native collective, and is accounted per site: calls, logical bytes, bytes on the wire, seconds.
-// CompressedSiteComm (parallel/compressed_site_comm.h) overrides the calls to send the sites its
-// compression policy names through their codecs.
+// The one door every collective of a training step goes through (docs/design.md §3): each call
+// names its site ("attn.out.fwd", "dp.grad", ...) and layer, is routed to the group's
+// communicator's native collective, and is accounted per site: calls, logical bytes, bytes on the
+// wire, seconds. CompressedSiteComm (parallel/compressed_site_comm.h) overrides the calls to send
+// the sites its compression policy names through their codecs.
 //
 // Tensors are [rows, cols] row-major; chunked collectives split rows evenly over the group
 // (sequence parallelism splits the token rows).

@@ -1,5 +1,5 @@
-// Megatron's tensor-parallel mappings as named forward/backward pairs (STYLE.md), each taking
-// the communication site and layer it serves (DESIGN.md §3). Tensors are [rows, cols]; with
+// Megatron's tensor-parallel mappings as named forward/backward pairs (docs/style.md), each taking
+// the communication site and layer it serves (docs/design.md §3). Tensors are [rows, cols]; with
 // sequence parallelism a rank holds rows / tp of the token rows between the parallel regions.
 //
 //   copy_to_tp_region            fwd: identity              bwd: all-reduce      (*.in sites)

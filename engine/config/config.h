@@ -1,4 +1,4 @@
-// A YAML experiment file as typed structs (DESIGN.md §9). Field names are the YAML keys.
+// A YAML experiment file as typed structs (docs/design.md §9). Field names are the YAML keys.
 // load_config_*() validate everything before any work starts; a bad file throws taco::UserError
 // with one line "FILE:LINE: KEY: what is wrong; expected WHAT" (exit code 2), where a value that
 // came from an override is located as "FILE: --set KEY" instead of a line.

@@ -1,4 +1,4 @@
-// Token shards in llm.c's format (DESIGN.md §8) and deterministic batch sampling.
+// Token shards in llm.c's format (docs/design.md §8) and deterministic batch sampling.
 //
 // File layout: a 1024-byte header of 256 int32 (header[0] = 20240520 magic, header[1] = 1
 // version, header[2] = token count), then token count uint16 tokens. Shards are memory-mapped.

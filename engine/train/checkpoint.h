@@ -1,4 +1,4 @@
-// Checkpoints (DESIGN.md §6). One folder per saved step, one file per rank:
+// Checkpoints (docs/design.md §6). One folder per saved step, one file per rank:
 //
 //   <dir>/step_00000120/rank_00000.bin ... rank_<world-1>.bin, then COMPLETE
 //

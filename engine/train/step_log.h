@@ -1,4 +1,4 @@
-// What one log line and one metrics.jsonl record report (DESIGN.md §7), the way Megatron logs:
+// What one log line and one metrics.jsonl record report (docs/design.md §7), the way Megatron logs:
 // throughput, loss and communication over EVERY step since the last logged one, not the logged
 // step alone. A step's time runs from the end of the previous step's work to the end of its
 // own; what only happens around logging, evaluation and checkpoints is excluded, so nothing
@@ -83,13 +83,13 @@ std::string json_array(const std::vector<double>& v);
 // 1234567 -> "1.23M" (k, M, B), for counts in log lines.
 std::string human_count(double x);
 
-// The end-of-run table of every site this rank used (DESIGN.md §7), one row each: calls, logical
-// and wire MB, the wire ratio, MB saved, seconds in the calls, and the relative L2 error pooled
-// over the logged steps' measurements ("-" where nothing was measured or compressed).
+// The end-of-run table of every site this rank used (docs/design.md §7), one row each: calls,
+// logical and wire MB, the wire ratio, MB saved, seconds in the calls, and the relative L2 error
+// pooled over the logged steps' measurements ("-" where nothing was measured or compressed).
 std::string site_summary(const std::map<std::string, SiteCommStats>& sites, int steps);
 
-// The log line and the metrics.jsonl record of an interval ending at `step` (DESIGN.md §7): its
-// mean loss, ms/step, tokens/s, MFU (`has_mfu`: GPUs only), communication share and bytes per
+// The log line and the metrics.jsonl record of an interval ending at `step` (docs/design.md §7):
+// its mean loss, ms/step, tokens/s, MFU (`has_mfu`: GPUs only), communication share and bytes per
 // step, and the logged step's traffic and measured error per site (the worst site on the line).
 // Every rank prints (spdlog shows rank 0 unless log.all_ranks); only rank 0's writer writes.
 void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,

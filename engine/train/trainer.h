@@ -1,4 +1,4 @@
-// The training loop (DESIGN.md §3, §7): gradient accumulation to train.global_batch_tokens,
+// The training loop (docs/design.md §3, §7): gradient accumulation to train.global_batch_tokens,
 // AdamW with warmup + cosine LR, global grad-norm clipping, periodic validation, one log line
 // and one metrics.jsonl record per logged step.
 #pragma once

@@ -472,7 +472,7 @@ TEST_F(CompressedSiteCommTest, MeasuredErrorIsThisRanksOwnRoundTrip) {
   const SiteCommStats& st = door.stats().at("attn.out.fwd");
   EXPECT_EQ(st.error_samples, 1);
   EXPECT_NEAR(st.relative_l2(), expected, 1e-9 * expected);
-  // An E4M3 round trip of Gaussian data costs about 2.6e-2 (DESIGN.md §4).
+  // An E4M3 round trip of Gaussian data costs about 2.6e-2 (docs/design.md §4).
   EXPECT_GT(st.relative_l2(), 5e-3);
   EXPECT_LT(st.relative_l2(), 6.25e-2);
 }

@@ -96,10 +96,11 @@ TEST_F(CompressedTraining, TacoOnEveryTpSiteEndsWithinOnePercentOfUncompressed) 
         "%.5f (%+.3f%%)\n",
         kSteps, none, taco, 100 * (taco / none - 1), fp8, 100 * (fp8 / none - 1));
   }
-  // FP8 rounding (~2.6% relative per message, DESIGN.md §4) on every TP activation and gradient
-  // perturbs each step like a little extra gradient noise; after 30 steps the loss moves by a
-  // fraction of a percent. 1% is the acceptance bound; a codec that corrupted messages (a wrong
-  // chunk, a missing rank) would stall learning and miss it by far (loss ~5.5 untrained vs ~3).
+  // FP8 rounding (~2.6% relative per message, docs/design.md §4) on every TP activation and
+  // gradient perturbs each step like a little extra gradient noise; after 30 steps the loss moves
+  // by a fraction of a percent. 1% is the acceptance bound; a codec that corrupted messages (a
+  // wrong chunk, a missing rank) would stall learning and miss it by far (loss ~5.5 untrained vs
+  // ~3).
   EXPECT_NEAR(taco, none, 0.01 * none);
   EXPECT_TRUE(std::isfinite(fp8));
   // ...and the codecs did run: FP8 rounding leaves some trace in the loss.

@@ -4,7 +4,7 @@
 // operation gives the bytes, wire bytes, NaN-group count and error of the host
 // CompressedCollectives on the same inputs, bit for bit, with one pipeline piece; with three,
 // those of the host algorithm applied to each piece; and the result lies within 5e-2 (relative
-// L2; two FP8 roundings of ~2.6e-2 each, DESIGN.md §4) of the exact one, so a wrong algorithm
+// L2; two FP8 roundings of ~2.6e-2 each, docs/design.md §4) of the exact one, so a wrong algorithm
 // cannot pass by matching a wrong reference. Also CompressedSiteComm routes device tensors
 // there with the host path's accounting. Skips without a CUDA device.
 #include <gtest/gtest.h>

@@ -43,7 +43,8 @@ TEST(BenchComm, ThreeRanksGiveEveryRowWithExactNativeResultsAndCodecErrors) {
       EXPECT_EQ(err, 0);
     } else {
       const bool reduce = rec.find("\"op\": \"all_reduce\"") != std::string::npos;
-      // FP8 E4M3 with group scales: ~2.6e-2 per rounding (DESIGN.md §4), two for an all-reduce.
+      // FP8 E4M3 with group scales: ~2.6e-2 per rounding (docs/design.md §4), two for an
+      // all-reduce.
       EXPECT_GT(err, 0.01);
       EXPECT_LT(err, reduce ? 0.05 : 0.035);
       // Each rank sends what the native collective would (factor 2(p-1)/p or (p-1)/p of the

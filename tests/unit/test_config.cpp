@@ -1,4 +1,4 @@
-// The experiment file contract (DESIGN.md §9): what loads, what round-trips, and the one-line
+// The experiment file contract (docs/design.md §9): what loads, what round-trips, and the one-line
 // error every bad input gets ("FILE:LINE: KEY: what is wrong; expected WHAT", exit code 2).
 #include <gtest/gtest.h>
 

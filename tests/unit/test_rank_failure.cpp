@@ -1,4 +1,4 @@
-// A rank that dies mid-run must not leave the others waiting (DESIGN.md §6): mpirun, with the
+// A rank that dies mid-run must not leave the others waiting (docs/design.md §6): mpirun, with the
 // settings taco launches with, ends every rank, and the job exits non-zero, in bounded time.
 //
 // OpenMPI 4.1 does this by default: when a process exits non-zero

@@ -59,7 +59,7 @@ constexpr Subcommand kSubcommands[] = {
      "      device codecs at 1 MB .. 1 GB (x4 steps) of bf16 next to a device memcpy, and their\n"
      "      error;\n"
      "      --cpu: bytes/element, ratio vs bf16, relative and per-channel error and GB/s of\n"
-     "      every codec on synthetic activations (DESIGN.md §4)"},
+     "      every codec on synthetic activations (docs/design.md §4)"},
     {"comm", taco::bench::comm,
      "comm [--ops all_reduce,reduce_scatter,all_gather] [--codecs none,taco,fp8_block]\n"
      "      [--min-bytes 1M] [--max-bytes 1G] [--factor 4] [--iters 20] [--warmup 5]\n"

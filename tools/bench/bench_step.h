@@ -22,7 +22,7 @@ struct Shape {
   double lr;  // GPT-3 paper's learning rate for the size (used by --check)
 };
 
-// 6N + 6LTd (DESIGN.md §7): N parameters (padded vocabulary included), attention's causal
+// 6N + 6LTd (docs/design.md §7): N parameters (padded vocabulary included), attention's causal
 // matmuls counted as 6LTd.
 double flops_per_token(const GptDims& dims);
 

@@ -16,7 +16,7 @@ between two CUDA events on the same random tokens, and prints one JSON line:
   {"impl": "torch", "variant": "eager", "ms_per_step": ..., "tokens_per_s": ..., "mfu": ...,
    "peak_mem_gib": ..., "loss": ..., ...}
 
-MFU counts 6N + 6LTd flops per token (N parameters, DESIGN.md §7) against --peak-tflops.
+MFU counts 6N + 6LTd flops per token (N parameters, docs/design.md §7) against --peak-tflops.
 
   python3 tools/bench/pytorch_gpt2.py --layers 12 --d-model 768 --heads 12 --seq-len 1024 \
       --batch 16 [--variants eager,compile] [--steps 20] [--warmup 5] [--sdpa flash|auto]
