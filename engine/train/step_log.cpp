@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -89,8 +90,15 @@ std::string sites_json(const std::map<std::string, SiteCommStats>& sites) {
 
 }  // namespace
 
+std::string human_duration(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, int(s / 60 % 60));
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, int(s % 60));
+  return fmt::format("{}s", s);
+}
+
 void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,
-                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu,
+                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu, double elapsed_s,
                   MetricsWriter& metrics) {
   std::string extra;
   if (sum.saved_bytes > 0) extra += fmt::format(" | saved {:.1f} MB", sum.saved_bytes / 1e6);
@@ -105,11 +113,14 @@ void log_interval(int step, int steps, double lr, double norm, const IntervalSum
   }
   if (!worst_site.empty()) extra += fmt::format(" | err {:.2e} {}", worst, worst_site);
   const std::string mfu = has_mfu ? fmt::format(" | MFU {:.1f}%", 100 * sum.mfu) : "";
+  // ETA: the steps left at this interval's pace.
+  const double eta_s = double(steps - step) * sum.ms_per_step / 1e3;
   spdlog::info(
       "step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} ms/step | {} tok/s{} | comm "
-      "{:.0f}% ({:.1f} ms, {:.1f} MB){}",
+      "{:.0f}% ({:.1f} ms, {:.1f} MB){} | {} elapsed, ETA {}",
       step, steps, sum.loss, lr, norm, sum.ms_per_step, human_count(sum.tokens_per_s), mfu,
-      100 * sum.comm_share, sum.comm_ms, sum.comm_bytes / 1e6, extra);
+      100 * sum.comm_share, sum.comm_ms, sum.comm_bytes / 1e6, extra, human_duration(elapsed_s),
+      human_duration(eta_s));
   JsonRecord r;
   r.add("step", (long long)step)
       .add("loss", sum.loss)
@@ -118,7 +129,8 @@ void log_interval(int step, int steps, double lr, double norm, const IntervalSum
       .add("steps", (long long)sum.steps)
       .add("ms", sum.ms_per_step)
       .add_raw("step_ms", json_array(sum.step_ms))
-      .add("tok_per_s", sum.tokens_per_s);
+      .add("tok_per_s", sum.tokens_per_s)
+      .add("elapsed_s", elapsed_s);
   if (has_mfu) r.add("mfu", sum.mfu);
   metrics.write(r.add("comm_ms", sum.comm_ms)
                     .add("comm_share", sum.comm_share)

@@ -92,8 +92,13 @@ std::string site_summary(const std::map<std::string, SiteCommStats>& sites, int 
 // its mean loss, ms/step, tokens/s, MFU (`has_mfu`: GPUs only), communication share and bytes per
 // step, and the logged step's traffic and measured error per site (the worst site on the line).
 // Every rank prints (spdlog shows rank 0 unless log.all_ranks); only rank 0's writer writes.
+// `elapsed_s`: wall time since training started (the ETA is the steps left at the interval's
+// pace).
 void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,
-                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu,
+                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu, double elapsed_s,
                   MetricsWriter& metrics);
+
+// 75 -> "1m15s", 3725 -> "1h02m", 9 -> "9s".
+std::string human_duration(double seconds);
 
 }  // namespace taco

@@ -562,6 +562,7 @@ TrainHistory Trainer::run() {
   // Throughput, loss and communication are reported over each logging interval.
   const double flops_per_token = 6.0 * double(s.dims.num_params()) +
                                  6.0 * s.dims.n_layer * double(s.dims.seq_len) * s.dims.d_model;
+  const auto run_start = clock::now();
   StepClock step_clock;
   LogInterval interval;
   std::map<std::string, SiteCommStats> run_sites;  // this rank's traffic over the whole run
@@ -658,7 +659,8 @@ TrainHistory Trainer::run() {
       const IntervalSummary sum =
           interval.summarize(s.tokens_per_step, flops_per_token, s.peak_flops);
       interval.clear();
-      log_interval(step + 1, tc.steps, lr, norm, sum, sites, s.peak_flops > 0, *s.metrics);
+      log_interval(step + 1, tc.steps, lr, norm, sum, sites, s.peak_flops > 0,
+                   seconds_since(run_start), *s.metrics);
       step_clock.exclude(seconds_since(t_log));
     }
     if (s.val_data &&

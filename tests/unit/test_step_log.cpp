@@ -70,6 +70,13 @@ TEST(StepClock, ExcludedWorkIsTakenOutOfTheNextStep) {
   EXPECT_EQ(clock.end_step(), 0.0);
 }
 
+TEST(HumanDuration, SecondsMinutesAndHours) {
+  EXPECT_EQ(human_duration(9.4), "9s");
+  EXPECT_EQ(human_duration(75), "1m15s");
+  EXPECT_EQ(human_duration(3725), "1h02m");
+  EXPECT_EQ(human_duration(-3), "0s");
+}
+
 TEST(SiteSummary, OneRowPerSiteAndATotal) {
   std::map<std::string, SiteCommStats> sites;
   SiteCommStats a;
