@@ -9,6 +9,7 @@
 #   attention  PyTorch's SDPA on the model shapes (attention_vs_torch.py)        ~30 s
 #   codec      taco-bench codec (device codecs against a device-to-device copy)  ~80 s
 #   comm       taco-bench comm on this one GPU                                   ~30 s
+#   commstaged taco-bench comm, 2 ranks on the one GPU, MPI staged through host memory ~40 s
 #   sass       SASS of taco's G=128 bf16 encode kernel and its opcode counts     ~5 s
 #   profile    Nsight Compute source counters (executed instructions and stall
 #              samples per SASS line) of taco's 128 MB encode and bf16 decode    ~25 s
@@ -75,6 +76,12 @@ for part in "${parts[@]}"; do
       > "$OUT/comm-1gpu.log" 2>&1
     tail -30 "$OUT/comm-1gpu.log"
     ;;
+  commstaged)
+    timeout 150 mpirun --oversubscribe -np 2 $B/taco-bench comm --device cuda --backend mpi \
+      --min-bytes 1M --max-bytes 64M --json "$OUT/comm-staged.json" > "$OUT/comm-staged.log" 2>&1
+    echo "comm staged rc $?"
+    tail -30 "$OUT/comm-staged.log"
+    ;;
   sass)
     # Static counts over the whole kernel (every path) of taco's default-options variant.
     obj=$(find $B -name codec_fp8_encode.cu.o | head -1)
@@ -96,15 +103,16 @@ for part in "${parts[@]}"; do
     done
     ;;
   slowtests)
-    (cd $B && ctest -R "gpu_kernels_elementwise|mpi_device_collectives|mpi_staged|mpi_gpu_training" \
+    (cd $B && ctest -R "gpu_kernels_elementwise|gpu_staged_sum|CudaCodecs|mpi_device_collectives|mpi_staged|mpi_gpu_training" \
       --output-on-failure --timeout 200 > "$OUT/slow_tests.log" 2>&1)
     grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/slow_tests.log" | head -20
     ;;
   slowlink)
     # Issue 21's table: tp=2 and 4 ranks on the one GPU through host memory (MPI staged), every
     # codec against the best uncompressed baseline, GPT-2 124M, random tokens (train_bench.py).
-    timeout 560 python3 tools/bench/train_bench.py --build $B --models 124m --tp 2,4 \
-      --codecs none,taco,fp8_block,taco-auto --steps 40 --warmup 10 --out "$OUT/train-bench" \
+    # SLOWLINK_TP / SLOWLINK_CODECS narrow the runs to fit one device call.
+    timeout 560 python3 tools/bench/train_bench.py --build $B --models 124m --tp "${SLOWLINK_TP:-2,4}" \
+      --codecs "${SLOWLINK_CODECS:-none,taco,fp8_block,taco-auto}" --steps 40 --warmup 10 --out "$OUT/train-bench" \
       > "$OUT/train-bench.log" 2>&1
     echo "train_bench rc $?"
     grep -vE "^# run " "$OUT/train-bench.log" | tail -14
