@@ -323,9 +323,10 @@ bool use_nccl_backend(MPI_Comm world, const std::string& backend, const std::str
 }
 
 std::unique_ptr<Communicator> make_device_communicator(MpiCommunicator& group, bool nccl,
-                                                       StagedReduce staged_reduce) {
+                                                       StagedReduce staged_reduce,
+                                                       size_t stage_piece_bytes) {
   if (nccl) return make_nccl_communicator(group, group.name());
-  return std::make_unique<HostStagedCommunicator>(group, staged_reduce);
+  return std::make_unique<HostStagedCommunicator>(group, staged_reduce, stage_piece_bytes);
 }
 
 }  // namespace taco

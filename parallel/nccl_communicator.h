@@ -41,10 +41,11 @@ bool nccl_available();
 bool use_nccl_backend(MPI_Comm world, const std::string& backend, const std::string& source);
 
 // The device-buffer communicator of `group`: NCCL, or MPI with host staging whose sums take
-// the path `staged_reduce` (parallel.staged_reduce; parallel/staged_communicator.h). NCCL
-// ignores it.
+// the path `staged_reduce` (parallel.staged_reduce; parallel/staged_communicator.h), staged in
+// pieces of `stage_piece_bytes` (parallel.stage_piece_bytes). NCCL ignores both.
 std::unique_ptr<Communicator> make_device_communicator(
-    MpiCommunicator& group, bool nccl, StagedReduce staged_reduce = StagedReduce::automatic);
+    MpiCommunicator& group, bool nccl, StagedReduce staged_reduce = StagedReduce::automatic,
+    size_t stage_piece_bytes = staging::kDefaultPieceBytes);
 
 // Blocks until everything enqueued on `stream` by `comm` (an NCCL communicator) has finished,
 // checking for asynchronous NCCL errors; throws taco::Error on an error or after the timeout.

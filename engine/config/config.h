@@ -40,6 +40,10 @@ struct ParallelSection {
   // collective on the staged copies (summed on the host CPU); two_shot: all-to-all, the sum on
   // the GPU, all-gather (parallel/staged_communicator.h). NCCL ignores it.
   std::string staged_reduce = "auto";  // auto | native | two_shot
+  // Host-staged MPI: bytes per staging pipeline piece (summed over a call's chunks). Piece j + 1
+  // goes down to the host while MPI moves piece j; smaller pieces overlap more and pay more per-
+  // piece latency (parallel/staged_plan.h).
+  int64_t stage_piece_bytes = int64_t(4) << 20;
   // Seconds one blocking communication call may take before the watchdog ends the rank (a peer
   // died or hangs; parallel/watchdog.h); 0 turns the watchdog off. 600 as NCCL's default.
   double timeout_s = 600;

@@ -56,6 +56,7 @@ inline const std::vector<Field<ParallelSection>> kParallelFields = {
     {"zero", &ParallelSection::zero},
     {"backend", &ParallelSection::backend, kBackends},
     {"staged_reduce", &ParallelSection::staged_reduce, kStagedReduce},
+    {"stage_piece_bytes", &ParallelSection::stage_piece_bytes},
     {"timeout_s", &ParallelSection::timeout_s},
 };
 

@@ -69,6 +69,7 @@ class Validator {
     at_least("parallel.pp", p.pp, 1);
     at_least("parallel.dp", p.dp, 1);
     at_least("parallel.microbatches", p.microbatches, 1);
+    at_least("parallel.stage_piece_bytes", p.stage_piece_bytes, 4096);
     if (!(p.timeout_s >= 0))
       fail("parallel.timeout_s", number_text(p.timeout_s) + " is negative",
            "seconds >= 0 (0 turns the communication watchdog off)");

@@ -288,7 +288,8 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   const StagedReduce staged_reduce = staged_reduce_from_name(par.staged_reduce, config.source);
   auto data_comm = [&](MpiCommunicator& group) -> Communicator& {
     if (!on_gpu) return group;
-    s.device_comms.push_back(make_device_communicator(group, use_nccl, staged_reduce));
+    s.device_comms.push_back(
+        make_device_communicator(group, use_nccl, staged_reduce, size_t(par.stage_piece_bytes)));
     return *s.device_comms.back();
   };
   auto door = [&](MpiCommunicator& group) {
