@@ -148,6 +148,10 @@ class Communicator {
   const std::string& name() const { return name_; }
   // The backend, for messages and reports: "mpi", "nccl".
   virtual const char* backend() const = 0;
+  // True when a call only enqueues its work on the stream and returns at once (NCCL); false
+  // when it returns after the data has moved (MPI, host staging). Callers pipeline pieces of a
+  // message over an enqueueing communicator; a blocking one pipelines inside its own calls.
+  virtual bool enqueues() const { return false; }
 
   // recv[i] = op over ranks of send[i], i < count, on every rank.
   virtual void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,

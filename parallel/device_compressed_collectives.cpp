@@ -26,9 +26,10 @@ int DeviceCompressedCollectives::auto_pieces(size_t logical_bytes) {
   return int(std::min<size_t>(size_t(kMaxAutoPieces), logical_bytes / kAutoPieceBytes));
 }
 
-int DeviceCompressedCollectives::resolve_pieces(int pieces, size_t logical_bytes) {
+int DeviceCompressedCollectives::resolve_pieces(int pieces, size_t logical_bytes, bool enqueues) {
   TACO_CHECK(pieces >= 0, "pipeline pieces " + std::to_string(pieces) + " is negative");
-  return pieces == kAutoPieces ? auto_pieces(logical_bytes) : pieces;
+  if (pieces != kAutoPieces) return pieces;
+  return enqueues ? auto_pieces(logical_bytes) : 1;
 }
 
 std::vector<int64_t> DeviceCompressedCollectives::piece_bounds(int64_t units, int pieces,
@@ -158,11 +159,11 @@ struct Plans {
 // rank c's block, rows [begin, begin + count) of shard c. Slots hold chunks of `dtype`, and
 // with `shot_two` slot2 their fp32 sums.
 Plans plan_pieces(const Codec& codec, MessageShape full, int shards, int parts, int me, int pieces,
-                  DType dtype, bool shot_two) {
+                  bool enqueues, DType dtype, bool shot_two) {
   Plans out;
   const int64_t unit = full.rows == 1 ? 1 : full.cols, shard = full.count() / shards;
   const size_t bytes = size_t(full.count()) * dtype_size(dtype);
-  const int k = DeviceCompressedCollectives::resolve_pieces(pieces, bytes);
+  const int k = DeviceCompressedCollectives::resolve_pieces(pieces, bytes, enqueues);
   for (const auto& piece : DeviceCompressedCollectives::split_pieces(full, shards, k)) {
     PiecePlan plan;
     plan.piece = piece;
@@ -295,7 +296,8 @@ CompressedCall DeviceCompressedCollectives::all_reduce(const Codec& codec, void*
                                                        bool measure, Stream stream) {
   CompressedCollectives::check_dtype(dtype);
   const int p = comm_.size(), me = comm_.rank();
-  const Plans plans = plan_pieces(codec, shape, 1, p, me, pieces_, dtype, /*shot_two=*/true);
+  const Plans plans =
+      plan_pieces(codec, shape, 1, p, me, pieces_, comm_.enqueues(), dtype, /*shot_two=*/true);
   const int pieces = int(plans.pieces.size());
   // Status words: one decode-sum-encode and p decodes per piece, and the self-check's.
   DevicePipeline& d =
@@ -356,7 +358,8 @@ CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec& codec, c
   const int p = comm_.size(), me = comm_.rank();
   CompressedCollectives::require_even_rows(full, p, "reduce-scatter", where);
   const int64_t unit = full.rows == 1 ? 1 : full.cols;  // elements per row of a piece
-  const Plans plans = plan_pieces(codec, full, p, p, me, pieces_, dtype, /*shot_two=*/false);
+  const Plans plans =
+      plan_pieces(codec, full, p, p, me, pieces_, comm_.enqueues(), dtype, /*shot_two=*/false);
   const int pieces = int(plans.pieces.size());
   DevicePipeline& d =
       begin(stream, size_t(pieces) * size_t(p) + check_words(measure, plans), measure);
@@ -409,7 +412,8 @@ CompressedCall DeviceCompressedCollectives::all_gather(const Codec& codec, const
   const int p = comm_.size(), me = comm_.rank();
   CompressedCollectives::require_even_rows(full, p, "all-gather", where);
   const int64_t unit = full.rows == 1 ? 1 : full.cols;
-  const Plans plans = plan_pieces(codec, full, p, p, me, pieces_, dtype, /*shot_two=*/false);
+  const Plans plans =
+      plan_pieces(codec, full, p, p, me, pieces_, comm_.enqueues(), dtype, /*shot_two=*/false);
   const int pieces = int(plans.pieces.size());
   DevicePipeline& d = begin(stream, size_t(pieces) * size_t(p + (measure ? 1 : 0)), measure);
   const int64_t shard = full.count() / p;
@@ -461,7 +465,7 @@ CompressedCall DeviceCompressedCollectives::send(const Codec& codec, const void*
                                                  MessageShape shape, int peer, int tag,
                                                  bool measure, Stream stream) {
   CompressedCollectives::check_dtype(dtype);
-  const Plans plans = plan_pieces(codec, shape, 1, 1, 0, pieces_, dtype, false);
+  const Plans plans = plan_pieces(codec, shape, 1, 1, 0, pieces_, comm_.enqueues(), dtype, false);
   DevicePipeline& d = begin(stream, check_words(measure, plans), measure);
   const SelfCheck check = start_self_check(d, measure, shape.count(), DType::f32, d.stream());
   uint8_t* buf = d.send.get(plans.wire);
@@ -496,7 +500,7 @@ CompressedCall DeviceCompressedCollectives::recv(const Codec& codec, void* x, DT
                                                  MessageShape shape, int peer, int tag,
                                                  const WireContext& where, Stream stream) {
   CompressedCollectives::check_dtype(dtype);
-  const Plans plans = plan_pieces(codec, shape, 1, 1, 0, pieces_, dtype, false);
+  const Plans plans = plan_pieces(codec, shape, 1, 1, 0, pieces_, comm_.enqueues(), dtype, false);
   DevicePipeline& d = begin(stream, plans.pieces.size());
   uint8_t* buf = d.recv.get(plans.wire);
   auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
@@ -517,8 +521,10 @@ CompressedCall DeviceCompressedCollectives::send_recv(const Side& out, int dst, 
                                                       int src, DType dtype, int tag, bool measure,
                                                       Stream stream) {
   CompressedCollectives::check_dtype(dtype);
-  const Plans outs = plan_pieces(*out.codec, out.shape, 1, 1, 0, pieces_, dtype, false);
-  const Plans ins = plan_pieces(*in.codec, in.shape, 1, 1, 0, pieces_, dtype, false);
+  const Plans outs =
+      plan_pieces(*out.codec, out.shape, 1, 1, 0, pieces_, comm_.enqueues(), dtype, false);
+  const Plans ins =
+      plan_pieces(*in.codec, in.shape, 1, 1, 0, pieces_, comm_.enqueues(), dtype, false);
   // Both sides exchange max(pieces out, pieces in) times; a side that has run out of pieces
   // sends or receives nothing (count 0), and its peer, whose counts are the same mirrored, does
   // likewise.

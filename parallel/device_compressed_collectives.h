@@ -27,7 +27,8 @@
 // alternating between the caller's stream (encode, decode-sum-encode, decode) and the
 // communication stream (all_to_all, all_gather, send/recv), joined by events; so the encode of
 // piece j + 1 runs while piece j is on the wire (NCCL). A host-staged MPI communicator returns
-// when its data has moved, so there the pieces run one after another, with the same result.
+// when its data has moved, so there the pieces would run one after another: compression.chunks:
+// auto gives it one piece, and it pipelines the transfer inside each call (its staging pieces).
 // Every call first makes the communication stream wait for the caller's stream, and ends by
 // synchronizing both; then it reads the wire status words (a rejected buffer throws the codec's
 // one-line UserError naming the site and rank, as the host decoder would) and the counters.
@@ -99,7 +100,11 @@ class DeviceCompressedCollectives {
 
   // The pieces for a message of `logical_bytes` (its size in its own dtype).
   static int auto_pieces(size_t logical_bytes);
-  static int resolve_pieces(int pieces, size_t logical_bytes);
+  // `pieces` as configured; kAutoPieces is auto_pieces over a communicator that enqueues
+  // (Communicator::enqueues: NCCL), and one piece over a blocking one (host-staged MPI), whose
+  // calls return only once the data has moved: there the pieces could not overlap each other,
+  // and the communicator pipelines the transfer of the whole message itself (staging pieces).
+  static int resolve_pieces(int pieces, size_t logical_bytes, bool enqueues = true);
   // Bounds 0 = b_0 < b_1 < ... < b_k = units of k = min(pieces, ceil(units / align)) pieces
   // (at least 1; {0, 0} for no units): every piece but the last holds a multiple of `align`
   // units, and the multiples are spread as evenly as CompressedCollectives spreads rows.

@@ -104,7 +104,7 @@ double sum_over(MPI_Comm comm, double x) {
 // Which path each group's messages take, so no run falls back to a slower one unseen: the
 // backend that moves them, and how compressed and uncompressed sites use it.
 std::string communication_paths(const std::vector<std::pair<std::string, int>>& groups, bool on_gpu,
-                                bool nccl, const std::string& staged_reduce) {
+                                bool nccl, const ParallelSection& par) {
   std::string out = "communication:";
   bool any = false;
   for (const auto& [name, size] : groups) {
@@ -121,11 +121,14 @@ std::string communication_paths(const std::vector<std::pair<std::string, int>>& 
     return out +
            " over NCCL; compressed sites: device codecs, two-shot, pipelined on a communication "
            "stream; uncompressed: NCCL's native collectives";
-  return out +
-         " over MPI staged through pinned host memory, pipelined (ranks share a GPU, or "
-         "backend: mpi); compressed sites: device codecs, two-shot; uncompressed sums: MPI's "
-         "native collective or the two-shot shape with GPU sums (parallel.staged_reduce: " +
-         staged_reduce + "; auto prints each measured choice)";
+  return out + " over MPI staged through pinned host memory, pipelined in pieces of " +
+         std::to_string(par.stage_piece_bytes) +
+         " bytes (ranks share a GPU, or backend: mpi); compressed sites: device codecs, "
+         "two-shot (compression.chunks: auto = the whole message per call, whose transfer the "
+         "staging pipelines); uncompressed "
+         "sums: MPI's native collective or the two-shot shape with GPU sums "
+         "(parallel.staged_reduce: " +
+         par.staged_reduce + "; auto prints each measured choice)";
 }
 
 // The one line a run stops with at a non-finite step: what was seen, that nothing was applied or
@@ -302,7 +305,7 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   if (par.pp > 1 && s.grid->in_embedding_group()) s.embed_comm = door(s.grid->embedding());
   if (s.grid->world_rank() == 0) {
     spdlog::info("{}", communication_paths({{"tp", par.tp}, {"pp", par.pp}, {"dp", par.dp}}, on_gpu,
-                                           use_nccl, par.staged_reduce));
+                                           use_nccl, par));
   }
   s.tp = par.tp > 1 || par.sequence_parallel
              ? std::make_unique<TensorParallel>(s.tp_comm.get(), par.sequence_parallel)

@@ -116,6 +116,14 @@ TEST(CompressedPieces, AutoGivesPiecesOfAtLeastFourMiBAndAtMostEight) {
   EXPECT_EQ(Pieces::resolve_pieces(4, 1), 4);  // a configured count holds for any size
 }
 
+// A blocking communicator (host-staged MPI) returns only when the data has moved, so pieces of
+// one call could not overlap: auto gives one piece there, and a configured count still holds.
+TEST(CompressedPieces, AutoGivesOnePieceOverABlockingCommunicator) {
+  EXPECT_EQ(Pieces::resolve_pieces(Pieces::kAutoPieces, 100 * kMiB, /*enqueues=*/false), 1);
+  EXPECT_EQ(Pieces::resolve_pieces(Pieces::kAutoPieces, 100 * kMiB, /*enqueues=*/true), 8);
+  EXPECT_EQ(Pieces::resolve_pieces(6, 100 * kMiB, /*enqueues=*/false), 6);
+}
+
 // A group of two that moves nothing: enough to reach the device calls' checks.
 class IdleCommunicator final : public Communicator {
  public:
