@@ -578,8 +578,8 @@ int64_t Checkpointer::restore(const std::string& layout, RankCheckpoint* out) {
   }
   if (tried > 0 && rank_ == 0)
     spdlog::warn(
-        "checkpoint: none of the {} complete checkpoint(s) in {} could be read; they stay "
-        "there (moved aside to *.damaged at the next save)",
+        "checkpoint: none of the {} complete checkpoint(s) in {} could be read; they are left "
+        "as they are",
         tried, dir_);
   return -1;
 }
