@@ -134,6 +134,31 @@ TEST(Retention, ADamagedFolderIsNotCountedAsKept) {
             (std::vector<std::string>{"step_00000004", "step_00000005", "step_00000006.damaged"}));
 }
 
+// keep 1, the newest checkpoint unreadable when the run resumes (a file system's passing fault,
+// here a truncation later undone) and readable again at the first save: that newer folder now
+// checks out, yet the save just written stays; it used to be deleted by its own retention, and
+// so was every later save of the run.
+TEST(Retention, TheSaveJustWrittenIsNeverDeletedByItsOwnRetention) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const std::string dir = test::scratch_dir("nlw_own_save");
+  std::string file;
+  {
+    Checkpointer first(dir, 2, MPI_COMM_SELF);
+    save(first, 2, seed);
+    file = save(first, 4, seed) + "/" + rank_file_name(0);
+  }
+  const std::string bytes = test::read_file(file);
+  fs::resize_file(file, bytes.size() / 2);
+  Checkpointer run(dir, 1, MPI_COMM_SELF);
+  RankCheckpoint loaded;
+  ASSERT_EQ(run.restore("layout-A", &loaded), 2);
+  test::write_file(file, bytes);
+  save(run, 3, seed);
+  EXPECT_EQ(listing(dir), (std::vector<std::string>{"step_00000003", "step_00000004"}));
+  EXPECT_NO_THROW(verify_rank_checkpoint(dir + "/step_00000003/" + rank_file_name(0)));
+}
+
 // --- the checkpoint folder probe ----------------------------------------------------------
 
 TEST(WritableProbe, RefusesAFolderThatCannotTakeCheckpointsAndLeavesNothingBehind) {
