@@ -211,11 +211,12 @@ TEST(FaultInject, NonFiniteStepStopsEveryRankWithOneLineAndKeepsGoodCheckpoints)
   EXPECT_GT(folders, 0) << r.output;
 }
 
-// Ctrl-C to mpirun: OpenMPI 4.1 stops reading the ranks' output, sends them SIGTERM and SIGKILL
-// odls_base_sigkill_timeout seconds later (default 1 s, the README raises it). A log line written
-// in between used to block rank 0 on its full pty (or kill it with SIGPIPE) before it saved;
-// log.every: 1 here writes one per step. Now the ranks finish the step, save and stop. (That a
-// resumed run continues bit for bit is the SIGTERM test's part, tests/unit/test_checkpoint.cpp.)
+// Ctrl-C to mpirun: OpenMPI 4.1 stops reading the ranks' output, waits odls_base_sigkill_timeout
+// seconds, sends them SIGTERM and SIGKILL as long again later (default 1 s; the README raises it).
+// A log line written in between used to block rank 0 on its full pty (or kill it with SIGPIPE)
+// before it saved; log.every: 1 here writes one per step. Now the ranks finish the step, save and
+// stop. (That a resumed run continues bit for bit is the SIGTERM test's part,
+// tests/unit/test_checkpoint.cpp.)
 TEST(FaultInject, SigintToMpirunSavesACheckpointWithTheReadmeFlag) {
   Job job("nlw_sigint");
   write_config(job);

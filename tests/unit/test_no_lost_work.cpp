@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -211,6 +212,43 @@ TEST(Config, WarmupBeyondTheRunIsWarnedAboutOnce) {
   const auto peak = config_warnings(tiny({"train.steps=4", "train.warmup_steps=10"}));
   ASSERT_EQ(peak.size(), 1u);
   EXPECT_NE(peak[0].find("(peaks at 0.0012)"), std::string::npos) << peak[0];
+}
+
+// --- launch lines ------------------------------------------------------------------------
+
+// Each mpirun command in `text` (from "mpirun -" through its continuation lines: a trailing '\\',
+// or a bash array "launch=(mpirun ..." up to its ')').
+std::vector<std::string> mpirun_commands(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream lines(text);
+  std::string line;
+  bool open = false, array = false;
+  while (std::getline(lines, line)) {
+    const size_t first = line.find_first_not_of(' ');
+    const std::string trimmed = first == std::string::npos ? "" : line.substr(first);
+    if (!open && (trimmed.rfind("mpirun -", 0) == 0 || trimmed.rfind("launch=(mpirun -", 0) == 0)) {
+      out.emplace_back();
+      open = true;
+      array = trimmed[0] == 'l';
+    }
+    if (!open) continue;
+    out.back() += trimmed + " ";
+    open =
+        array ? trimmed.find(')') == std::string::npos : !trimmed.empty() && trimmed.back() == '\\';
+  }
+  return out;
+}
+
+// Ctrl-C under mpirun saves only if mpirun gives the ranks longer than its default 1 s between
+// SIGTERM and SIGKILL: every launch line a user copies (README) or runs (the demo) says so.
+TEST(LaunchLines, EveryMpirunLineOfTheReadmeAndTheDemoGivesTheRanksTimeToSave) {
+  for (const std::string file : {"README.md", "tools/demo.sh"}) {
+    const auto commands = mpirun_commands(test::read_file(test::source_dir() + "/" + file));
+    EXPECT_FALSE(commands.empty()) << file;
+    for (const std::string& command : commands)
+      EXPECT_NE(command.find("--mca odls_base_sigkill_timeout "), std::string::npos)
+          << file << ": " << command;
+  }
 }
 
 // --- taco-train and taco-generate from the command line (one process) ---------------------
