@@ -18,7 +18,10 @@ if ! ls data/fortunes/train_*.bin >/dev/null 2>&1; then
 fi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-launch=(mpirun --oversubscribe --bind-to none --mca orte_abort_on_non_zero_status 1)
+# Ctrl-C: mpirun sends the ranks SIGTERM odls_base_sigkill_timeout seconds later and SIGKILL
+# as long again; the default 1 s is shorter than a step and a save on a busy machine (README).
+launch=(mpirun --oversubscribe --bind-to none --mca orte_abort_on_non_zero_status 1
+  --mca odls_base_sigkill_timeout 10)
 # A second demo run continues the first one's checkpoint (it has nothing left to train once the
 # first has finished) instead of refusing to overwrite it.
 set -- --set checkpoint.resume=auto "$@"

@@ -1,6 +1,7 @@
 // Value ranges and the constraints between keys, checked on the typed config. Each failure names
 // the key whose value has to change (for a pair that must divide: the parallel size, since the
 // model is usually the fixed part of an experiment).
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -175,6 +176,15 @@ void validate_config(const Config& config, const ConfigSource& source) {
 
 namespace taco {
 
+namespace {
+// A derived value for a message: three significant digits (0.0012, not 0.0012000000000000001).
+std::string rounded_text(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.3g", value);
+  return buffer;
+}
+}  // namespace
+
 std::vector<std::string> config_warnings(const Config& c) {
   std::vector<std::string> out;
   const auto& t = c.train;
@@ -182,7 +192,7 @@ std::vector<std::string> config_warnings(const Config& c) {
     out.push_back(c.source + ": train.warmup_steps = " + std::to_string(t.warmup_steps) +
                   " is beyond train.steps = " + std::to_string(t.steps) +
                   ": the learning rate never reaches train.lr (peaks at " +
-                  config_detail::number_text(t.lr * t.steps / t.warmup_steps) +
+                  rounded_text(t.lr * t.steps / t.warmup_steps) +
                   ") and never decays; lower warmup_steps");
   return out;
 }

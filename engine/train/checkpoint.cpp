@@ -430,7 +430,7 @@ std::string Checkpointer::save(int64_t step, const std::string& layout,
   }
   if (!agree(world_, ok, &message)) throw Error(message, 1);
   known_good_.insert(step);
-  apply_retention();
+  apply_retention(step);
   return final_dir;
 }
 
@@ -448,7 +448,7 @@ bool Checkpointer::verify_folder(const std::string& folder, int world, std::stri
   return agree(world_, ok, message);
 }
 
-void Checkpointer::apply_retention() {
+void Checkpointer::apply_retention(int64_t saved_step) {
   // Rank 0 lists the folders ("STEP WORLD PATH" per complete one, newest first); every rank
   // then walks them in the same order, verifying the ones not known good until `keep_` are.
   std::string plan;
@@ -476,7 +476,10 @@ void Checkpointer::apply_retention() {
     std::string path;
     fields >> step >> world;
     std::getline(fields >> std::ws, path);
-    const bool protect = step == resumed_step_ && !newer_than_resumed;
+    // Never the save just made: a newer folder (one that failed its checks when this run
+    // resumed and passes them now) would otherwise outrank it, and every later save of this
+    // run would be deleted as soon as it was written.
+    const bool protect = (step == resumed_step_ && !newer_than_resumed) || step == saved_step;
     if (good >= keep_ && !protect) {
       if (rank_ == 0) {
         std::error_code ec;
@@ -578,8 +581,8 @@ int64_t Checkpointer::restore(const std::string& layout, RankCheckpoint* out) {
   }
   if (tried > 0 && rank_ == 0)
     spdlog::warn(
-        "checkpoint: none of the {} complete checkpoint(s) in {} could be read; they stay "
-        "there (moved aside to *.damaged at the next save)",
+        "checkpoint: none of the {} complete checkpoint(s) in {} could be read; they are left "
+        "as they are",
         tried, dir_);
   return -1;
 }

@@ -13,7 +13,8 @@
 // folder and run: the ones this run wrote or resumed from are known good). A damaged folder is
 // reported and moved aside to step_N.damaged (never deleted, never counted); complete folders
 // older than the keep-th verified one are deleted, marker-less ones too. So the newest verified
-// checkpoint, and the one this run resumed from until a newer verified one exists, always stay.
+// checkpoint, the one just saved, and the one this run resumed from until a newer verified one
+// exists, always stay.
 //
 // A rank file: "TACOCKP1", u32 version, u64 header length, the header (text lines "key=value",
 // one "section=NAME BYTES" per section, in order), the sections' bytes, a u64 checksum of
@@ -96,8 +97,8 @@ class Checkpointer {
   int64_t resumed_step() const { return resumed_step_; }
 
  private:
-  // Collective: retention after a save (see the top of this file).
-  void apply_retention();
+  // Collective: retention after the save of `saved_step` (see the top of this file).
+  void apply_retention(int64_t saved_step);
   // Collective: every rank file of `folder` (written by `world` ranks) checks out; else false
   // and `message` says which one and why, on every rank.
   bool verify_folder(const std::string& folder, int world, std::string* message);

@@ -12,7 +12,6 @@
 #include <mpi.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
-#include <algorithm>
 
 #include <algorithm>
 #include <csignal>
@@ -118,19 +117,26 @@ taco::Config load(const Args& args, const std::vector<std::string>& overrides) {
              : taco::load_config_file(args.config_path, overrides);
 }
 
-// Warnings for a resumed run whose schedule differs from the run that wrote the checkpoint (its
-// config.yaml in the run folder): the cosine is recomputed over the new train.steps, so the
-// learning rate jumps at the first resumed step.
-void warn_schedule_change(const taco::Config& now, const std::string& saved_path, int start) {
-  std::error_code ec;
-  if (start <= 0 || !std::filesystem::exists(saved_path, ec)) return;
-  taco::Config saved;
-  try {
-    saved = taco::load_config_file(saved_path, {});
-  } catch (const std::exception&) {
-    return;  // a config.yaml of an older build: nothing to compare with
+// Warnings for a resumed run whose schedule differs from the one that produced the checkpoint
+// (recorded in its header; for a checkpoint of an older build, the run folder's config.yaml):
+// the cosine is recomputed over the new train.steps, so the learning rate jumps at the first
+// resumed step.
+void warn_schedule_change(const taco::Config& now, const taco::Trainer& trainer,
+                          const std::string& saved_path) {
+  const int start = trainer.start_step();
+  if (start <= 0) return;
+  taco::TrainSection a;
+  std::string source = "the checkpoint's record";
+  if (!trainer.resumed_schedule(&a)) {
+    std::error_code ec;
+    if (!std::filesystem::exists(saved_path, ec)) return;
+    try {
+      a = taco::load_config_file(saved_path, {}).train;
+    } catch (const std::exception&) {
+      return;  // a config.yaml of an older build: nothing to compare with
+    }
+    source = saved_path;
   }
-  const auto& a = saved.train;
   const auto& b = now.train;
   std::string changes;
   auto differ = [&](const char* key, const std::string& was, const std::string& is) {
@@ -138,18 +144,17 @@ void warn_schedule_change(const taco::Config& now, const std::string& saved_path
       changes += std::string(changes.empty() ? "" : ", ") + key + " " + was + " -> " + is;
   };
   differ("train.steps", std::to_string(a.steps), std::to_string(b.steps));
-  differ("train.lr", fmt::format("{:g}", a.lr), fmt::format("{:g}", b.lr));
+  differ("train.lr", fmt::format("{}", a.lr), fmt::format("{}", b.lr));
   differ("train.warmup_steps", std::to_string(a.warmup_steps), std::to_string(b.warmup_steps));
-  differ("train.min_lr_frac", fmt::format("{:g}", a.min_lr_frac),
-         fmt::format("{:g}", b.min_lr_frac));
+  differ("train.min_lr_frac", fmt::format("{}", a.min_lr_frac), fmt::format("{}", b.min_lr_frac));
   if (changes.empty()) return;
   const double was = taco::learning_rate(start - 1, a.steps, a.lr, a.warmup_steps, a.min_lr_frac);
   const double is = taco::learning_rate(start, b.steps, b.lr, b.warmup_steps, b.min_lr_frac);
   spdlog::warn(
-      "resuming at step {} with a changed schedule ({}; the checkpoint's run: {}): the "
+      "resuming at step {} with a changed schedule ({}; the old values from {}): the "
       "learning rate goes from {:.2e} at step {} to {:.2e} at step {}; keep the old values to "
       "continue the same schedule",
-      start, changes, saved_path, was, start, is, start + 1);
+      start, changes, source, was, start, is, start + 1);
 }
 
 // One warning per data set that holds less than it is asked for once: every step (or every
@@ -267,7 +272,7 @@ int main(int argc, char** argv) {
       const std::string config_path = ctx.run_dir + "/config.yaml";
       if (rank == 0) {
         warn_small_data(config);
-        warn_schedule_change(config, config_path, trainer->start_step());
+        warn_schedule_change(config, *trainer, config_path);
         std::ofstream out(config_path + ".part");
         out << saved_yaml;
         out.close();
@@ -290,6 +295,16 @@ int main(int argc, char** argv) {
   taco::TrainHistory history;
   try {
     history = trainer->run();
+  } catch (const taco::CollectiveError& e) {
+    // Every rank stopped at the same point: one line (on the terminal and in log.txt), and every
+    // rank leaves in order, with no MPI_Abort banner.
+    if (rank == 0) {
+      std::fprintf(stderr, "taco-train: error: %s\n", e.what());
+      std::fflush(stderr);
+      std::ofstream(ctx.run_dir + "/log.txt", std::ios::app) << "error: " << e.what() << "\n";
+    }
+    finalize();
+    return e.exit_code();
   } catch (const taco::Error& e) {
     std::fprintf(stderr, "taco-train: error: %s\n", e.what());
     std::fflush(stderr);

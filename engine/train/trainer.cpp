@@ -58,6 +58,7 @@ struct Trainer::State {
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<Checkpointer> checkpointer;  // none without a run directory
   int start_step = 0;
+  std::map<std::string, std::string> resumed_header;  // of this rank's file resumed from
   // ZeRO-1: this dp rank's range of the (padded) flat buffer and its reduced gradients.
   size_t shard_begin = 0, shard_end = 0, shard_size = 0;
   Tensor grad_shard;
@@ -364,6 +365,18 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
     if (ck.resume != "false") {
       RankCheckpoint loaded;
       const int64_t step = s.checkpointer->restore(layout, &loaded);
+      // Complete checkpoints that all failed their checks (warned about above): continuing
+      // is impossible and starting over would bury that training (auto) or contradict the
+      // refusal to run afresh into a folder that holds checkpoints (true). Nothing is moved.
+      const int64_t unreadable = step < 0 ? s.checkpointer->newest_step() : -1;
+      if (unreadable >= 0) {
+        throw UserError(config.source + ": checkpoint.resume: " + ck.resume +
+                        ": every complete checkpoint in " + dir + " (the newest: step " +
+                        std::to_string(unreadable) +
+                        ") failed its checks (see the lines above); nothing was changed; "
+                        "restore them, or move them aside (mv " +
+                        dir + " " + dir + ".damaged) to start from step 0");
+      }
       if (step < 0 && ck.resume == "true") {
         throw UserError(config.source + ": checkpoint.resume: no complete checkpoint in " + dir +
                         "; run without --resume (or resume: auto) to start from step 0");
@@ -381,6 +394,7 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
         load_section(loaded, "adam_v", s.optimizer->v(), where);
         load_section(loaded, "master", s.optimizer->master(), where);
         s.start_step = int(step);
+        s.resumed_header = loaded.header;
         spdlog::info("resumed from {} (step {})", where, step);
       }
     } else {
@@ -407,6 +421,17 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
 }
 
 int Trainer::start_step() const { return s_->start_step; }
+
+bool Trainer::resumed_schedule(TrainSection* out) const {
+  const auto& h = s_->resumed_header;
+  for (const char* key : {"train.steps", "train.lr", "train.warmup_steps", "train.min_lr_frac"})
+    if (h.count(key) == 0) return false;
+  out->steps = std::stoi(h.at("train.steps"));
+  out->lr = std::stod(h.at("train.lr"));
+  out->warmup_steps = std::stoi(h.at("train.warmup_steps"));
+  out->min_lr_frac = std::stod(h.at("train.min_lr_frac"));
+  return true;
+}
 
 Trainer::~Trainer() = default;
 
@@ -543,18 +568,24 @@ TrainHistory Trainer::run() {
       bad += count_nonfinite(sections[i], i == 0 ? s.dtype : DType::f32);
     const double bad_anywhere = sum_over(s.grid->world().comm(), double(bad));
     if (bad_anywhere > 0) {
-      throw Error("rank " + std::to_string(s.grid->world_rank()) + ": step " +
-                      std::to_string(done) + ": " + fmt::format("{:.0f}", bad_anywhere) +
-                      " parameter or optimizer values are NaN/Inf; no checkpoint was written (" +
-                      (history.checkpoint.empty() ? std::string("none by this run")
-                                                  : "the newest is still " + history.checkpoint) +
-                      "); lower train.lr or check the data",
-                  1);
+      throw CollectiveError(
+          "rank " + std::to_string(s.grid->world_rank()) + ": step " + std::to_string(done) + ": " +
+              fmt::format("{:.0f}", bad_anywhere) +
+              " parameter or optimizer values are NaN/Inf; no checkpoint was written (" +
+              (history.checkpoint.empty() ? std::string("none by this run")
+                                          : "the newest is still " + history.checkpoint) +
+              "); lower train.lr or check the data",
+          1);
     }
     const std::map<std::string, std::string> header = {
         {"seed", std::to_string(tc.seed)},
         {"config", s.cfg.source},
-        {"tokens_per_step", std::to_string(s.tokens_per_step)}};
+        {"tokens_per_step", std::to_string(s.tokens_per_step)},
+        // The schedule that produced this state: a resumed run compares its own with it.
+        {"train.steps", std::to_string(tc.steps)},
+        {"train.lr", fmt::format("{}", tc.lr)},
+        {"train.warmup_steps", std::to_string(tc.warmup_steps)},
+        {"train.min_lr_frac", fmt::format("{}", tc.min_lr_frac)}};
     history.checkpoint = s.checkpointer->save(
         done, checkpoint_layout(s.cfg, s.dims, s.dtype, s.device.kind, s.grid->world_size()),
         header, sections);
@@ -614,7 +645,8 @@ TrainHistory Trainer::run() {
         double(s.tokens_per_step);
     const bool finite = std::isfinite(loss) && std::isfinite(norm);
     if (!finite && tc.nonfinite == "stop") {
-      throw Error(nonfinite_message(s.grid->world_rank(), step + 1, loss, norm, history), 1);
+      throw CollectiveError(nonfinite_message(s.grid->world_rank(), step + 1, loss, norm, history),
+                            1);
     }
     if (finite) {
       s.optimizer->update(s.model->params(), s.model->grads(), lr, clip_scale(norm, tc.grad_clip),

@@ -12,6 +12,7 @@
 
 #include "engine/config/config.h"
 #include "engine/runtime/device.h"
+#include "kernels/check.h"
 
 namespace taco {
 
@@ -22,6 +23,14 @@ struct RunContext {
   // Called on every rank after each optimizer step with the number of steps done (tests use it
   // to request a stop at a chosen step, as a signal would).
   std::function<void(int)> after_step;
+};
+
+// A failure that every rank meets at the same point with the same message (a non-finite step, a
+// checkpoint refused for NaN/Inf values): no rank is left inside a call, so taco-train ends the
+// run in order, rank 0 printing the one line, rather than aborting the job.
+class CollectiveError : public Error {
+ public:
+  CollectiveError(std::string message, int exit_code) : Error(std::move(message), exit_code) {}
 };
 
 struct TrainHistory {
@@ -45,6 +54,10 @@ class Trainer {
   TrainHistory run();
   // Steps already done (from the checkpoint resumed in the constructor; 0 when fresh).
   int start_step() const;
+  // The schedule keys (train.steps, lr, warmup_steps, min_lr_frac) of the run that wrote the
+  // checkpoint resumed from, as its header records them, into `out`; false when this run starts
+  // fresh or the checkpoint predates that record.
+  bool resumed_schedule(TrainSection* out) const;
   // Mean validation loss over log.eval_batches batches.
   double evaluate();
   // One line describing what will be trained (model size, layout, device, batch).

@@ -10,6 +10,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -163,11 +165,58 @@ TEST(FaultInject, WatchdogEndsRanksLeftInsideMpiInit) {
   EXPECT_NE(line.find("rank(s) 1"), std::string::npos) << line;
 }
 
-// Ctrl-C to mpirun: OpenMPI 4.1 stops reading the ranks' output, sends them SIGTERM and SIGKILL
-// odls_base_sigkill_timeout seconds later (default 1 s, the README raises it). A log line written
-// in between used to block rank 0 on its full pty (or kill it with SIGPIPE) before it saved;
-// log.every: 1 here writes one per step. Now the ranks finish the step, save and stop. (That a
-// resumed run continues bit for bit is the SIGTERM test's part, tests/unit/test_checkpoint.cpp.)
+// Every value of every section of a CPU (fp32) rank file is finite.
+bool rank_file_finite(const std::string& path) {
+  const RankCheckpoint ck = read_rank_checkpoint(path);
+  for (const CheckpointPart& part : ck.sections) {
+    for (size_t i = 0; i + 4 <= part.bytes.size(); i += 4) {
+      float v = 0;
+      std::memcpy(&v, part.bytes.data() + i, 4);
+      if (!std::isfinite(v)) return false;
+    }
+  }
+  return true;
+}
+
+// lr 1e6 on 2 ranks with a checkpoint after every step: the step whose gradient norm is NaN is
+// not applied, the run stops with one line naming that step (printed once, not once per rank,
+// and without the launcher's MPI_Abort banner), and every checkpoint left is complete, finite
+// and older than that step.
+TEST(FaultInject, NonFiniteStepStopsEveryRankWithOneLineAndKeepsGoodCheckpoints) {
+  Job job("nlw_nonfinite");
+  write_config(job);
+  auto r = job.run("n", "--set train.lr=1e6 --set train.warmup_steps=0 --set train.steps=20 " +
+                            std::string("--set checkpoint.every=1 --set checkpoint.keep=3"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.find("MPI_ABORT"), std::string::npos) << r.output;
+  const size_t at = r.output.find("taco-train: error: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("taco-train: error: ", at + 1), std::string::npos)
+      << "more than one line:\n"
+      << r.output;
+  const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+  EXPECT_NE(line.find("non-finite"), std::string::npos) << line;
+  const size_t step_at = line.find(": step ");
+  ASSERT_NE(step_at, std::string::npos) << line;
+  const int stopped = std::atoi(line.c_str() + step_at + 7);
+  EXPECT_NE(test::read_file(job.dir + "/runs/n/log.txt").find(line.substr(19)), std::string::npos)
+      << "the line is not in log.txt";
+  int folders = 0;
+  for (const std::string& folder : complete_checkpoints(job.dir + "/runs/n/ckpt")) {
+    ++folders;
+    EXPECT_LT(std::atoi(folder.c_str() + folder.rfind("step_") + 5), stopped) << folder;
+    for (int rank = 0; rank < 2; ++rank)
+      EXPECT_TRUE(rank_file_finite(folder + "/" + rank_file_name(rank))) << folder;
+  }
+  EXPECT_GT(folders, 0) << r.output;
+}
+
+// Ctrl-C to mpirun: OpenMPI 4.1 stops reading the ranks' output, waits odls_base_sigkill_timeout
+// seconds, sends them SIGTERM and SIGKILL as long again later (default 1 s; the README raises it).
+// A log line written in between used to block rank 0 on its full pty (or kill it with SIGPIPE)
+// before it saved; log.every: 1 here writes one per step. Now the ranks finish the step, save and
+// stop. (That a resumed run continues bit for bit is the SIGTERM test's part,
+// tests/unit/test_checkpoint.cpp.)
 TEST(FaultInject, SigintToMpirunSavesACheckpointWithTheReadmeFlag) {
   Job job("nlw_sigint");
   write_config(job);

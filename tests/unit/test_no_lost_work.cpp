@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -93,8 +94,9 @@ TEST(Retention, KeepOneNeverTradesAGoodCheckpointForADamagedNewerOne) {
   EXPECT_EQ(loaded.find("adam_m")->bytes, random_sections(seed + 5)[1].bytes);
 }
 
-// resume: auto where every checkpoint is damaged starts at step 0 (with a warning); its saves
-// are kept, the damaged folders moved aside, never deleted.
+// Every checkpoint damaged: restore finds none (taco-train then refuses to run, see
+// RunFolder.EveryCheckpointDamagedIsRefusedAndLeftAsItWas); a save into such a folder keeps
+// itself and moves the damaged folders aside, never deleting them.
 TEST(Retention, EveryCheckpointDamagedStartsAfreshAndKeepsTheNewSaves) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -131,6 +133,31 @@ TEST(Retention, ADamagedFolderIsNotCountedAsKept) {
   save(run, 5, seed);
   EXPECT_EQ(listing(dir),
             (std::vector<std::string>{"step_00000004", "step_00000005", "step_00000006.damaged"}));
+}
+
+// keep 1, the newest checkpoint unreadable when the run resumes (a file system's passing fault,
+// here a truncation later undone) and readable again at the first save: that newer folder now
+// checks out, yet the save just written stays; it used to be deleted by its own retention, and
+// so was every later save of the run.
+TEST(Retention, TheSaveJustWrittenIsNeverDeletedByItsOwnRetention) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const std::string dir = test::scratch_dir("nlw_own_save");
+  std::string file;
+  {
+    Checkpointer first(dir, 2, MPI_COMM_SELF);
+    save(first, 2, seed);
+    file = save(first, 4, seed) + "/" + rank_file_name(0);
+  }
+  const std::string bytes = test::read_file(file);
+  fs::resize_file(file, bytes.size() / 2);
+  Checkpointer run(dir, 1, MPI_COMM_SELF);
+  RankCheckpoint loaded;
+  ASSERT_EQ(run.restore("layout-A", &loaded), 2);
+  test::write_file(file, bytes);
+  save(run, 3, seed);
+  EXPECT_EQ(listing(dir), (std::vector<std::string>{"step_00000003", "step_00000004"}));
+  EXPECT_NO_THROW(verify_rank_checkpoint(dir + "/step_00000003/" + rank_file_name(0)));
 }
 
 // --- the checkpoint folder probe ----------------------------------------------------------
@@ -181,6 +208,47 @@ TEST(Config, WarmupBeyondTheRunIsWarnedAboutOnce) {
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("train.warmup_steps = 30"), std::string::npos) << w[0];
   EXPECT_NE(w[0].find("train.steps = 20"), std::string::npos) << w[0];
+  // The peak it reaches, 3e-3 * 4 / 10, in a few digits (not 0.0012000000000000001).
+  const auto peak = config_warnings(tiny({"train.steps=4", "train.warmup_steps=10"}));
+  ASSERT_EQ(peak.size(), 1u);
+  EXPECT_NE(peak[0].find("(peaks at 0.0012)"), std::string::npos) << peak[0];
+}
+
+// --- launch lines ------------------------------------------------------------------------
+
+// Each mpirun command in `text` (from "mpirun -" through its continuation lines: a trailing '\\',
+// or a bash array "launch=(mpirun ..." up to its ')').
+std::vector<std::string> mpirun_commands(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream lines(text);
+  std::string line;
+  bool open = false, array = false;
+  while (std::getline(lines, line)) {
+    const size_t first = line.find_first_not_of(' ');
+    const std::string trimmed = first == std::string::npos ? "" : line.substr(first);
+    if (!open && (trimmed.rfind("mpirun -", 0) == 0 || trimmed.rfind("launch=(mpirun -", 0) == 0)) {
+      out.emplace_back();
+      open = true;
+      array = trimmed[0] == 'l';
+    }
+    if (!open) continue;
+    out.back() += trimmed + " ";
+    open =
+        array ? trimmed.find(')') == std::string::npos : !trimmed.empty() && trimmed.back() == '\\';
+  }
+  return out;
+}
+
+// Ctrl-C under mpirun saves only if mpirun gives the ranks longer than its default 1 s between
+// SIGTERM and SIGKILL: every launch line a user copies (README) or runs (the demo) says so.
+TEST(LaunchLines, EveryMpirunLineOfTheReadmeAndTheDemoGivesTheRanksTimeToSave) {
+  for (const std::string file : {"README.md", "tools/demo.sh"}) {
+    const auto commands = mpirun_commands(test::read_file(test::source_dir() + "/" + file));
+    EXPECT_FALSE(commands.empty()) << file;
+    for (const std::string& command : commands)
+      EXPECT_NE(command.find("--mca odls_base_sigkill_timeout "), std::string::npos)
+          << file << ": " << command;
+  }
 }
 
 // --- taco-train and taco-generate from the command line (one process) ---------------------
@@ -236,6 +304,40 @@ TEST(RunFolder, ARefusedRunChangesNeitherConfigNorLogAndResumeIsNotSaved) {
   EXPECT_NE(plain.output.find("pass --resume"), std::string::npos) << plain.output;
 }
 
+// Every complete checkpoint damaged: --resume and resume: auto both stop before training with
+// one line saying how to start afresh (resume: auto used to start from step 0 over them, and
+// --resume to send the user to a plain run, which refuses a folder holding checkpoints); the
+// folder and the run's files stay as they were. Following the advice then works.
+TEST(RunFolder, EveryCheckpointDamagedIsRefusedAndLeftAsItWas) {
+  Cli cli("nlw_all_damaged_cli");
+  ASSERT_EQ(cli.run("--set run.name=d --set train.steps=2 --set checkpoint.every=1").exit_code, 0);
+  const std::string run = cli.dir + "/runs/d", ckpt = run + "/ckpt";
+  truncate_rank_file(ckpt + "/step_00000001");
+  flip_a_byte(ckpt + "/step_00000002");
+  const std::vector<std::string> before = listing(ckpt);
+  const std::string config = test::read_file(run + "/config.yaml");
+  const std::string log = test::read_file(run + "/log.txt");
+  for (const std::string resume : {"--set checkpoint.resume=auto", "--resume"}) {
+    SCOPED_TRACE(resume);
+    auto r = cli.run("--set run.name=d --set train.steps=4 " + resume);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("every complete checkpoint in runs/d/ckpt (the newest: step 2)"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("mv runs/d/ckpt runs/d/ckpt.damaged"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("run without --resume"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("step     1/"), std::string::npos) << "trained:\n" << r.output;
+    EXPECT_EQ(listing(ckpt), before);
+    EXPECT_EQ(test::read_file(run + "/config.yaml"), config);
+    EXPECT_EQ(test::read_file(run + "/log.txt"), log);
+  }
+  fs::rename(ckpt, ckpt + ".damaged");
+  auto fresh = cli.run("--set run.name=d --set train.steps=2 --set checkpoint.resume=auto");
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.output;
+  EXPECT_EQ(fresh.output.find("resumed from"), std::string::npos) << fresh.output;
+  EXPECT_EQ(listing(ckpt + ".damaged"), before);
+}
+
 TEST(RunFolder, AnUnwritableCheckpointFolderIsRefusedBeforeTraining) {
   Cli cli("nlw_readonly");
   auto r = cli.run("--set run.name=ro --set train.steps=50 --set checkpoint.dir=/proc/self/ckpt");
@@ -270,6 +372,15 @@ TEST(Warnings, SmallDataWarmupAndAChangedScheduleEachGetOneLine) {
       << longer.output;
   auto same = cli.run("--set run.name=w --set train.steps=8 --resume");
   EXPECT_EQ(same.output.find("changed schedule"), std::string::npos) << same.output;
+  // The checkpoint itself records its schedule: continued into another run folder (no config.yaml
+  // there to compare with) with more steps, the change is still reported.
+  auto elsewhere = cli.run(
+      "--set run.name=w2 --set checkpoint.dir=runs/w/ckpt --set "
+      "train.steps=12 --set train.lr=0.002 --resume");
+  ASSERT_EQ(elsewhere.exit_code, 0) << elsewhere.output;
+  EXPECT_NE(elsewhere.output.find("changed schedule (train.steps 8 -> 12, train.lr 0.003 -> 0.002"),
+            std::string::npos)
+      << elsewhere.output;
 }
 
 TEST(TacoGenerate, FallsBackPastADamagedNewestCheckpoint) {
