@@ -90,7 +90,7 @@ void for_each_element(const ParamLayout& local, const ParamLayout& full, F&& f) 
 
 }  // namespace
 
-FullState load_full_state(const std::string& folder, const Config& cfg) {
+FullState load_full_state(const std::string& folder, const Config& cfg, bool params_only) {
   const auto& m = cfg.model;
   const auto& par = cfg.parallel;
   if (!fs::exists(folder + "/COMPLETE"))
@@ -107,6 +107,10 @@ FullState load_full_state(const std::string& folder, const Config& cfg) {
     const bool zero = par.zero == 1;
     if (!zero && c.dp != 0) continue;  // dp replicas hold the same state
     const std::string path = folder + "/" + rank_file_name(rank);
+    if (params_only && c.dp != 0) {  // ZeRO-1 optimizer shards only: checked, not kept
+      verify_rank_checkpoint(path);
+      continue;
+    }
     const RankCheckpoint ck = read_rank_checkpoint(path);
     const size_t total = place.layout.total(), shard = place.shard_end - place.shard_begin;
     const CheckpointPart* params = ck.find("params");
@@ -124,7 +128,7 @@ FullState load_full_state(const std::string& folder, const Config& cfg) {
     for (const char* name : kSections) {
       const CheckpointPart* s = ck.find(name);
       const bool is_params = std::string(name) == "params";
-      if (!s || s->bytes.empty()) continue;  // no master weights on the CPU
+      if (!s || s->bytes.empty() || (params_only && !is_params)) continue;  // no master on CPUs
       const size_t expected = is_params ? total * (bf16_params ? 2 : 4) : shard * sizeof(float);
       if (s->bytes.size() != expected)
         throw UserError(path + ": section " + name + " holds " + std::to_string(s->bytes.size()) +
@@ -150,7 +154,7 @@ FullState load_full_state(const std::string& folder, const Config& cfg) {
 }
 
 FullState load_newest_full_state(const std::string& dir, const Config& cfg, const char* tool,
-                                 std::string* folder) {
+                                 std::string* folder, bool params_only) {
   const std::vector<std::string> folders = complete_checkpoints(dir);
   if (folders.empty())
     throw UserError(dir +
@@ -158,14 +162,45 @@ FullState load_newest_full_state(const std::string& dir, const Config& cfg, cons
                     "on SIGINT/SIGTERM)");
   for (size_t i = 0;; ++i) {
     try {
-      FullState full = load_full_state(folders[i], cfg);
+      FullState full = load_full_state(folders[i], cfg, params_only);
       *folder = folders[i];
       return full;
     } catch (const UserError& e) {
-      if (i + 1 == folders.size()) throw;
+      if (i + 1 == folders.size())
+        throw UserError(std::string(e.what()) + "; none of the " + std::to_string(folders.size()) +
+                        " complete checkpoint(s) in " + dir +
+                        " loads: restore the damaged file or train again");
       std::fprintf(stderr, "%s: warning: %s; trying an older checkpoint\n", tool, e.what());
     }
   }
+}
+
+RunState load_run_state(const std::string& path, const std::string& config, const char* tool,
+                        bool params_only) {
+  if (!fs::exists(path))
+    throw UserError(path +
+                    ": no such folder; give a run folder (runs/<name>, holding config.yaml) or "
+                    "one of its checkpoint folders (runs/<name>/ckpt/step_N)");
+  RunState run;
+  run.config_path = config;
+  const bool checkpoint_folder = fs::exists(fs::path(path) / "COMPLETE");
+  if (run.config_path.empty())
+    run.config_path = (checkpoint_folder ? fs::path(path) / ".." / ".." / "config.yaml"
+                                         : fs::path(path) / "config.yaml")
+                          .string();
+  if (!fs::exists(run.config_path))
+    throw UserError(run.config_path + ": no config.yaml for this run; pass --config FILE");
+  run.config = load_config_file(run.config_path, {});
+  if (checkpoint_folder) {
+    run.folder = path;
+    run.state = load_full_state(path, run.config, params_only);
+  } else {
+    // The newest checkpoint that loads, as the trainer resumes: a damaged newer one is skipped.
+    const std::string dir = run.config.checkpoint.dir.empty() ? (fs::path(path) / "ckpt").string()
+                                                              : run.config.checkpoint.dir;
+    run.state = load_newest_full_state(dir, run.config, tool, &run.folder, params_only);
+  }
+  return run;
 }
 
 void write_full_state(const FullState& state, const Config& target, const std::string& folder) {

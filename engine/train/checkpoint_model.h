@@ -32,14 +32,30 @@ struct FullState {
 
 // `folder`: <dir>/step_N (with its COMPLETE marker); `cfg`: the config of the run that wrote it.
 // Throws UserError naming the file for a missing, damaged or mismatching rank file.
-FullState load_full_state(const std::string& folder, const Config& cfg);
+// `params_only`: only the "params" section is kept (tools that run or export the model); the rank
+// files that hold only optimizer state (ZeRO-1, dp > 0) are still checked, not kept.
+FullState load_full_state(const std::string& folder, const Config& cfg, bool params_only = false);
 
 // The newest complete checkpoint in `dir` that loads for `cfg`, as the trainer resumes: a damaged
 // newer one is skipped with one warning line on stderr, prefixed "`tool`: warning: ". `folder`
 // gets the one loaded. UserError when no checkpoint is complete (naming `dir`), or the oldest
-// one's error when none loads.
+// one's error, saying that none loads, when none does.
 FullState load_newest_full_state(const std::string& dir, const Config& cfg, const char* tool,
-                                 std::string* folder);
+                                 std::string* folder, bool params_only = false);
+
+// A run as the tools (taco-generate, taco-reshard, taco-export) name it: `path` is a run folder
+// (runs/<name>: its config.yaml and the newest checkpoint that loads, as above) or one checkpoint
+// folder (.../ckpt/step_N, with the config.yaml two levels up); `config` ("" = as just said)
+// names the run's config file instead. UserError (one line, naming the path) for a path that is
+// not there, a missing config or no loadable checkpoint.
+struct RunState {
+  std::string config_path;
+  Config config;
+  std::string folder;  // the checkpoint loaded
+  FullState state;
+};
+RunState load_run_state(const std::string& path, const std::string& config, const char* tool,
+                        bool params_only = false);
 
 // Writes `state` as a checkpoint folder for the layout of `target` (parallel.tp/pp/dp/zero; the
 // same model), rank files and COMPLETE marker, single process. The folder must not exist.

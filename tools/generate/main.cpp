@@ -1,18 +1,23 @@
 // taco-generate: samples text from a trained checkpoint, on the CPU (fp32), so a user sees what
 // the model learned.
 //
-//   taco-generate RUN_DIR|CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T]
-//                 [--top-k K] [--seed S] [--config FILE] [--bpe-dir DIR]
+//   taco-generate RUN_DIR|CHECKPOINT_DIR [--prompt TEXT | --token-ids I,J,...] [--tokens N]
+//                 [--temperature T] [--top-k K] [--seed S] [--config FILE] [--bpe-dir DIR]
+//                 [--dump-logits FILE]
 //
 // RUN_DIR (runs/<name>) uses its config.yaml and its newest complete checkpoint that loads (a
 // damaged newer one is skipped with a warning, as the trainer does); a checkpoint
 // folder (.../ckpt/step_N) uses the config.yaml two levels up unless --config names one. The
 // checkpoint may come from any tp/pp/dp layout, CPU or GPU (engine/train/checkpoint_model.h).
+// --dump-logits writes the logits of the prompt's tokens instead of sampling, for comparisons
+// with other implementations of the same model (tools/export/check_hf.py).
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,17 +33,21 @@
 
 namespace {
 
-namespace fs = std::filesystem;
 using taco::UserError;
 
 const char* const kUsage =
-    "usage: taco-generate RUN_DIR|CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
-    "                     [--top-k K] [--seed S] [--config FILE] [--bpe-dir DIR]\n"
+    "usage: taco-generate RUN_DIR|CHECKPOINT_DIR [--prompt TEXT | --token-ids I,J,...]\n"
+    "                     [--tokens N] [--temperature T] [--top-k K] [--seed S] [--config FILE]\n"
+    "                     [--bpe-dir DIR] [--dump-logits FILE]\n"
     "\n"
     "Prints TEXT followed by N sampled tokens (default 200) from a trained model, on the CPU.\n"
     "\n"
     "  RUN_DIR         runs/<name>: its config.yaml and newest complete checkpoint\n"
     "  CHECKPOINT_DIR  one checkpoint folder (.../ckpt/step_N); config.yaml from two levels up\n"
+    "  --token-ids L   start from these token ids (comma-separated) instead of a text prompt\n"
+    "  --dump-logits F write the logits of the prompt's (or --token-ids') n tokens to F instead\n"
+    "                  of sampling: n x vocab_size float32, little-endian, row t = the logits\n"
+    "                  after token t (n <= model.seq_len; the vocabulary's padding left out)\n"
     "  --temperature T softmax temperature (default 0.8; 0 = always the most likely token)\n"
     "  --top-k K       sample among the K most likely tokens (default 40; 0 = all)\n"
     "  --seed S        sampling seed (default 1234)\n"
@@ -46,7 +55,8 @@ const char* const kUsage =
     "  --bpe-dir DIR   GPT-2 BPE files for vocab 50257 models (default .cache/gpt2-bpe)\n";
 
 struct Options {
-  std::string path, prompt, config, bpe_dir = ".cache/gpt2-bpe";
+  std::string path, prompt, config, bpe_dir = ".cache/gpt2-bpe", dump_logits;
+  std::vector<int> token_ids;
   int tokens = 200, top_k = 40;
   double temperature = 0.8;
   uint64_t seed = 1234;
@@ -89,6 +99,16 @@ Options parse_args(int argc, char** argv) {
       o.config = value();
     } else if (a == "--bpe-dir") {
       o.bpe_dir = value();
+    } else if (a == "--dump-logits") {
+      o.dump_logits = value();
+    } else if (a == "--token-ids") {
+      const std::string list = value();
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        o.token_ids.push_back(parse_number<int>(a, list.substr(at, comma - at)));
+        if (o.token_ids.back() < 0) throw UserError("--token-ids: ids must be >= 0");
+        at = comma + 1;
+      }
     } else if (!a.empty() && a[0] == '-') {
       throw UserError(a + ": unknown option (see --help)");
     } else if (o.path.empty()) {
@@ -98,6 +118,8 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (!o.help && o.path.empty()) throw UserError("missing RUN_DIR or CHECKPOINT_DIR (see --help)");
+  if (!o.token_ids.empty() && !o.prompt.empty())
+    throw UserError("--prompt and --token-ids: give one of them");
   return o;
 }
 
@@ -148,37 +170,53 @@ int sample(const float* logits, int valid, const Options& o, std::mt19937_64& rn
   return order[size_t(k - 1)];
 }
 
-int run(const Options& o) {
-  // Where the checkpoint and the config are.
-  std::string folder, config_path = o.config;
-  if (fs::exists(fs::path(o.path) / "COMPLETE")) {
-    folder = o.path;
-    if (config_path.empty())
-      config_path = (fs::path(o.path) / ".." / ".." / "config.yaml").string();
-  } else {
-    if (config_path.empty()) config_path = (fs::path(o.path) / "config.yaml").string();
-  }
-  if (!fs::exists(config_path))
-    throw UserError(config_path + ": no config.yaml for this run; pass --config FILE");
-  const taco::Config cfg = taco::load_config_file(config_path, {});
-  taco::FullState full;
-  if (folder.empty()) {
-    // The newest checkpoint that loads, as the trainer resumes: a damaged newer one is skipped.
-    const std::string dir =
-        cfg.checkpoint.dir.empty() ? (fs::path(o.path) / "ckpt").string() : cfg.checkpoint.dir;
-    full = taco::load_newest_full_state(dir, cfg, "taco-generate", &folder);
-  } else {
-    full = taco::load_full_state(folder, cfg);
-  }
-  const std::vector<float>& full_params = full.sections.at("params");
-  Tokenizer tok(cfg.model.vocab_size, o.bpe_dir);
+// Writes the logits of `context` (one forward, positions 0..n-1) to `path`: [n, vocab_size]
+// float32, little-endian, row by row; the padded vocabulary's columns are left out.
+void dump_logits(taco::Gpt& model, const std::vector<uint16_t>& context, int vocab, int padded,
+                 const std::string& path) {
+  static_assert(std::endian::native == std::endian::little, "float32 written as in memory");
+  std::vector<int32_t> tokens(context.begin(), context.end()), targets(context.size(), 0);
+  model.forward(tokens.data(), targets.data());
+  const float* logits = model.logits().as<float>();
+  std::ofstream out(path, std::ios::binary);
+  for (size_t t = 0; t < context.size() && out; ++t)
+    out.write(reinterpret_cast<const char*>(logits + t * size_t(padded)),
+              std::streamsize(vocab * sizeof(float)));
+  out.close();
+  if (!out) throw UserError(path + ": cannot write the logits (--dump-logits)");
+}
 
-  std::vector<uint16_t> context = tok.encode(o.prompt);
-  if (context.empty()) context.push_back(tok.start());
+int run(const Options& o) {
+  const taco::RunState loaded = taco::load_run_state(o.path, o.config, "taco-generate", true);
+  const taco::Config& cfg = loaded.config;
+  const taco::FullState& full = loaded.state;
+  const std::string& folder = loaded.folder;
+  const std::vector<float>& full_params = full.sections.at("params");
+  const auto& d = full.dims;
+
+  std::vector<uint16_t> context;
+  std::optional<Tokenizer> tok;  // not needed for --token-ids
+  if (!o.token_ids.empty()) {
+    for (const int id : o.token_ids) {
+      if (id >= d.vocab_size)
+        throw UserError("--token-ids: " + std::to_string(id) + " is beyond the vocabulary (" +
+                        std::to_string(d.vocab_size) + " tokens)");
+      context.push_back(uint16_t(id));
+    }
+  } else {
+    tok.emplace(cfg.model.vocab_size, o.bpe_dir);
+    context = tok->encode(o.prompt);
+    if (context.empty()) context.push_back(tok->start());
+  }
+  const bool dumping = !o.dump_logits.empty();
+  if (dumping && int(context.size()) > cfg.model.seq_len)
+    throw UserError("--dump-logits: " + std::to_string(context.size()) +
+                    " tokens do not fit the model's window of model.seq_len = " +
+                    std::to_string(cfg.model.seq_len));
   // The window: up to seq_len tokens, no more than this sample needs (positions are absolute
   // from the window's start, so a shorter window is the same model on fewer positions).
-  const int T = std::min<int>(cfg.model.seq_len, int(context.size()) + o.tokens);
-  const auto& d = full.dims;
+  const int T = dumping ? int(context.size())
+                        : std::min<int>(cfg.model.seq_len, int(context.size()) + o.tokens);
   const taco::GptDims dims =
       taco::GptDims::make(d.n_layer, d.n_head, d.d_model, T, d.vocab_size, 1);
   const taco::ParamLayout layout(dims, taco::LayoutSpec{1, 0, 0, d.n_layer, true, true});
@@ -194,9 +232,19 @@ int run(const Options& o) {
     std::copy_n(full_params.data() + q.offset, p.numel(), params + p.offset);
   }
 
+  if (dumping) {
+    dump_logits(model, context, d.vocab_size, d.padded_vocab, o.dump_logits);
+    std::fprintf(stderr, "taco-generate: %s (step %lld): logits of %d tokens x %d -> %s\n",
+                 folder.c_str(), (long long)full.step, T, d.vocab_size, o.dump_logits.c_str());
+    return 0;
+  }
   std::fprintf(stderr, "taco-generate: %s (step %lld), window %d tokens\n", folder.c_str(),
                (long long)full.step, T);
-  std::fputs(o.prompt.c_str(), stdout);
+  if (!tok) tok.emplace(cfg.model.vocab_size, o.bpe_dir);  // --token-ids: decode the samples
+  if (o.token_ids.empty())
+    std::fputs(o.prompt.c_str(), stdout);
+  else
+    for (const uint16_t id : context) std::fputs(tok->decode(id).c_str(), stdout);
   std::fflush(stdout);
   std::mt19937_64 rng(o.seed);
   std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T), 0);
@@ -208,7 +256,7 @@ int run(const Options& o) {
     const float* row = model.logits().as<float>() + (len - 1) * size_t(d.padded_vocab);
     const int next = sample(row, d.vocab_size, o, rng);
     context.push_back(uint16_t(next));
-    std::fputs(tok.decode(uint16_t(next)).c_str(), stdout);
+    std::fputs(tok->decode(uint16_t(next)).c_str(), stdout);
     std::fflush(stdout);
   }
   std::fputc('\n', stdout);

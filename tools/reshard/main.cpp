@@ -61,25 +61,11 @@ int run(int argc, char** argv) {
   if (src.empty()) throw UserError("missing RUN_DIR or CHECKPOINT_DIR (see --help)");
   if (overrides.empty()) throw UserError("nothing to change: give the new layout with --set");
 
-  std::string folder;
-  if (fs::exists(fs::path(src) / "COMPLETE")) {
-    folder = src;
-    if (config_path.empty()) config_path = (fs::path(src) / ".." / ".." / "config.yaml").string();
-  } else if (config_path.empty()) {
-    config_path = (fs::path(src) / "config.yaml").string();
-  }
-  if (!fs::exists(config_path))
-    throw UserError(config_path + ": no config.yaml for this run; pass --config FILE");
-  const taco::Config source = taco::load_config_file(config_path, {});
-  taco::FullState state;
-  if (folder.empty()) {
-    const std::string dir =
-        source.checkpoint.dir.empty() ? (fs::path(src) / "ckpt").string() : source.checkpoint.dir;
-    // The newest checkpoint that loads, as the trainer resumes: a damaged newer one is skipped.
-    state = taco::load_newest_full_state(dir, source, "taco-reshard", &folder);
-  } else {
-    state = taco::load_full_state(folder, source);
-  }
+  const taco::RunState loaded = taco::load_run_state(src, config_path, "taco-reshard");
+  config_path = loaded.config_path;
+  const taco::Config& source = loaded.config;
+  const taco::FullState& state = loaded.state;
+  const std::string& folder = loaded.folder;
   std::ifstream in(config_path);
   const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   taco::Config target = taco::load_config_text(yaml, config_path, overrides);
