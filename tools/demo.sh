@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Sets up, builds, prepares the fortunes corpus and trains the embedded default config:
-# on the GPU when there is one, else on CPU ranks under mpirun.
-# Extra arguments go to taco-train (e.g. --set train.steps=50).
+# Sets up, builds, prepares the fortunes corpus and trains the embedded default config with
+# TACO (FP8) on every tensor-parallel site: on the GPU when there is one, else on two CPU ranks
+# (tp = 2) under mpirun. It ends with the traffic table per site and layer range.
+# Extra arguments go to taco-train, after the demo's own (e.g. --set train.steps=50, or
+# --set compression.rules=[] --set run.name=tiny-cpu-none for the same run uncompressed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
+  sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+  echo "Outputs: runs/<run.name>/ (config.yaml, log.txt, metrics.jsonl, ckpt/); what they say:"
+  echo "docs/logs-and-metrics.md. Config keys for --set: docs/config-reference.md."
+  exit 0
+fi
 jobs=$(nproc)
 
 bash tools/setup.sh
