@@ -108,6 +108,16 @@ std::string wrap(std::string_view text) {
   return out + line + "\n";
 }
 
+// One table row: `name` in code, then the other cells escaped.
+std::string row(const std::string& name, const std::vector<std::string>& cells) {
+  std::string out = "| `" + name + "` |";
+  for (const auto& c : cells) out += " " + cell(c) + " |";
+  return out + "\n";
+}
+
+const char* const kKeyTable = "| key | type | default | meaning |\n|---|---|---|---|\n";
+const char* const kSiteTable = "| site | scope | what it moves |\n|---|---|---|\n";
+
 std::string code(const std::string& text) { return text.empty() ? "\"\"" : "`" + text + "`"; }
 
 template <class S>
@@ -128,11 +138,10 @@ template <class S>
 std::string section_table(const std::string& name, const std::vector<Field<S>>& table,
                           bool required) {
   const S defaults{};
-  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  std::string out = kKeyTable;
   for (const auto& f : table) {
     const std::string value = required ? "required" : code(field_value(defaults, f));
-    out += "| `" + name + "." + f.key + "` | " + cell(type_of(f)) + " | " + cell(value) + " | " +
-           cell(f.doc) + " |\n";
+    out += row(name + "." + f.key, {type_of(f), value, f.doc});
   }
   return out;
 }
@@ -156,7 +165,7 @@ std::pair<std::string, std::string> codec_key_doc(std::string_view key) {
 std::string compression_part() {
   const CompressionSection defaults{};
   std::string out;
-  out += "| key | type | default | meaning |\n|---|---|---|---|\n";
+  out += kKeyTable;
   for (const auto& key : kCompressionKeys) {
     const std::string path = "compression." + key;
     const KeyDoc* d = key_doc(path);
@@ -167,20 +176,18 @@ std::string compression_part() {
     if (key == "chunks")
       value = code(defaults.chunks == 0 ? "auto" : std::to_string(defaults.chunks));
     if (key == "rules") value = "`[]`";
-    out += "| `" + path + "` | " + cell(d ? d->type : "") + " | " + value + " | " +
-           cell(d ? d->doc : "") + " |\n";
+    out += row(path, {d ? d->type : "", value, d ? d->doc : ""});
   }
 
   out += "\n### Codec spec: `compression.default` and each rule\n\n" +
          wrap(
              "Keys a codec does not use are ignored (`fp8_tensor` has no group; `fp8_block` sends "
              "one scale per group, so `dual` reads as `single`).") +
-         "\n| key | type | default | meaning |\n|---|---|---|---|\n";
+         "\n" + kKeyTable;
   const CodecSpec spec_defaults{};
   for (const auto& key : kCodecKeys) {
     const auto [type, doc] = codec_key_doc(key);
-    out += "| `" + key + "` | " + cell(type) + " | " + code(codec_default(spec_defaults, key)) +
-           " | " + cell(doc) + " |\n";
+    out += row(key, {type, code(codec_default(spec_defaults, key)), doc});
   }
 
   out += "\n### Rules: `compression.rules[i]`\n\n" +
@@ -188,16 +195,15 @@ std::string compression_part() {
              "A rule is a map of the keys below; a message at (layer, site) takes the first rule "
              "whose `layers` and `sites` both match it, else `compression.default`, and a message "
              "under `compression.min_bytes` always goes uncompressed.") +
-         "\n| key | type | default | meaning |\n|---|---|---|---|\n";
+         "\n" + kKeyTable;
   for (const auto& key : kRuleKeys) {
     const KeyDoc* d = key_doc("rule." + key);
     if (d) {
       const std::string value = key == "layers" ? "`\"all\"`" : "`[]` (every site)";
-      out += "| `" + key + "` | " + cell(d->type) + " | " + value + " | " + cell(d->doc) + " |\n";
+      out += row(key, {d->type, value, d->doc});
     } else {
       const auto [type, doc] = codec_key_doc(key);
-      out += "| `" + key + "` | " + cell(type) + " | " + code(codec_default(spec_defaults, key)) +
-             " | as in the codec spec |\n";
+      out += row(key, {type, code(codec_default(spec_defaults, key)), "as in the codec spec"});
     }
   }
   out += "\n" +
@@ -231,19 +237,17 @@ std::string sites_part() {
           "identity in that direction, so the site carries no traffic; SP is "
           "`parallel.sequence_parallel: true`. The tensor-parallel sites (`embed.*`, `attn.*`, "
           "`mlp.*`, `head.in.*`) carry traffic only when `parallel.tp` > 1.") +
-      "\n| site | scope | what it moves |\n|---|---|---|\n";
+      "\n" + kSiteTable;
   for (const auto& name : kSiteNames) {
     const SiteDoc* d = site_doc(name);
-    out += "| `" + std::string(name) + "` | " + (d ? d->scope : "") + " | " +
-           cell(d ? d->doc : "") + " |\n";
+    out += row(std::string(name), {d ? d->scope : "", d ? d->doc : ""});
   }
   out += "\n" +
          wrap(
              "These names also appear in the logs and metrics.jsonl but no rule can name them; "
              "they always take the backend's own collective:") +
-         "\n| name | scope | what it moves |\n|---|---|---|\n";
-  for (const auto& d : kAccountedOnly)
-    out += "| `" + std::string(d.site) + "` | " + d.scope + " | " + cell(d.doc) + " |\n";
+         "\n" + kSiteTable;
+  for (const auto& d : kAccountedOnly) out += row(d.site, {d.scope, d.doc});
   out += "\n" + wrap(
                     "The cross-entropy's two small reductions (row max and exp-sum over the "
                     "vocabulary shards) and the step's loss and gradient-norm sums are exact and "
