@@ -187,8 +187,11 @@ std::string CompressionPolicy::table() const {
     model_wide += std::string(" ") + site_name(s) + " " + legend.symbol(configured(-1, s));
   }
 
-  std::string out = "compression: first matching rule wins; messages under " +
-                    std::to_string(min_bytes_) + " bytes go uncompressed\n" + legend.text();
+  // min_bytes 0 exempts nothing: say so rather than "messages under 0 bytes".
+  const std::string small =
+      min_bytes_ > 0 ? "messages under " + std::to_string(min_bytes_) + " bytes go uncompressed"
+                     : "every message takes its codec whatever its size (compression.min_bytes 0)";
+  std::string out = "compression: first matching rule wins; " + small + "\n" + legend.text();
   out += "  layer   attn.in   attn.out  mlp.in    mlp.out\n";
   out += "          fwd bwd   fwd bwd   fwd bwd   fwd bwd\n";
   for (int l = 0; l < n_layer_;) {

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Sets up, builds, prepares the fortunes corpus and trains the embedded default config:
-# on the GPU when there is one, else on CPU ranks under mpirun.
-# Extra arguments go to taco-train (e.g. --set train.steps=50).
+# Sets up, builds, prepares the fortunes corpus and trains the embedded default config with
+# TACO (FP8) on every tensor-parallel site: on the GPU when there is one, else on two CPU ranks
+# (tp = 2) under mpirun. It ends with the traffic table per site and layer range.
+# Extra arguments go to taco-train, after the demo's own (e.g. --set train.steps=50, or
+# --set compression.rules=[] --set run.name=tiny-cpu-none for the same run uncompressed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
+  sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+  echo "Outputs: runs/<run.name>/ (config.yaml, log.txt, metrics.jsonl, ckpt/); what they say:"
+  echo "docs/logs-and-metrics.md. Config keys for --set: docs/config-reference.md."
+  exit 0
+fi
 jobs=$(nproc)
 
 bash tools/setup.sh
@@ -22,9 +30,15 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 # as long again; the default 1 s is shorter than a step and a save on a busy machine (README).
 launch=(mpirun --oversubscribe --bind-to none --mca orte_abort_on_non_zero_status 1
   --mca odls_base_sigkill_timeout 10)
-# A second demo run continues the first one's checkpoint (it has nothing left to train once the
-# first has finished) instead of refusing to overwrite it.
-set -- --set checkpoint.resume=auto "$@"
+# TACO (E4M3, G = 128, dual scales) on the sites of the tensor-parallel group; the pipeline and
+# data-parallel sites carry nothing at pp = dp = 1. A second demo run continues the first one's
+# checkpoint (it has nothing left to train once the first has finished) instead of refusing to
+# overwrite it.
+tp_sites="embed.fwd, embed.bwd, attn.in.fwd, attn.in.bwd, attn.out.fwd, attn.out.bwd"
+tp_sites+=", mlp.in.fwd, mlp.in.bwd, mlp.out.fwd, mlp.out.bwd, head.in.fwd, head.in.bwd"
+set -- --set run.name=tiny-cpu-taco \
+  --set "compression.rules=[{layers: all, sites: [$tp_sites], codec: taco}]" \
+  --set checkpoint.resume=auto "$@"
 if nvidia-smi -L >/dev/null 2>&1; then
   # One GPU, bf16. The fused attention kernel takes head sizes 64 and 128: 2 heads of 64.
   echo "demo: training on the GPU"

@@ -44,27 +44,28 @@ std::string quoted(const std::string& s) {
   return out + "\"";
 }
 
-std::string text(const std::string& s) { return is_plain_safe(s) ? s : quoted(s); }
-std::string text(bool b) { return b ? "true" : "false"; }
-std::string text(double d) { return number_text(d); }
-std::string text(int v) { return std::to_string(v); }
-std::string text(int64_t v) { return std::to_string(v); }
-std::string text(uint64_t v) { return std::to_string(v); }
+}  // namespace
+
+std::string yaml_value(const std::string& s) { return is_plain_safe(s) ? s : quoted(s); }
+std::string yaml_value(bool b) { return b ? "true" : "false"; }
+std::string yaml_value(double d) { return number_text(d); }
+std::string yaml_value(int v) { return std::to_string(v); }
+std::string yaml_value(int64_t v) { return std::to_string(v); }
+std::string yaml_value(uint64_t v) { return std::to_string(v); }
+
+namespace {
 
 template <class S>
 std::vector<std::string> items(const S& section, const std::vector<Field<S>>& table) {
   std::vector<std::string> out;
-  for (const auto& f : table) {
-    out.push_back(std::string(f.key) + ": " +
-                  std::visit([&](auto member) { return text(section.*member); }, f.member));
-  }
+  for (const auto& f : table) out.push_back(std::string(f.key) + ": " + field_value(section, f));
   return out;
 }
 
 std::vector<std::string> codec_items(const CodecSpec& spec) {
-  return {"codec: " + text(spec.codec), "format: " + text(spec.format),
+  return {"codec: " + yaml_value(spec.codec), "format: " + yaml_value(spec.format),
           "group: " + (spec.group == 0 ? std::string("auto") : std::to_string(spec.group)),
-          "scales: " + text(spec.scales)};
+          "scales: " + yaml_value(spec.scales)};
 }
 
 // "{ a: 1, b: 2 }" starting at column `column`: the entries joined by ", ", wrapped before kColumns
@@ -100,7 +101,7 @@ std::string rule_text(const CompressionRule& rule) {
   // One piece per site, so that a long list wraps between sites: "sites: [a", "b", "c]".
   if (rule.sites.empty()) entries.push_back("sites: []");
   for (size_t i = 0; i < rule.sites.size(); ++i) {
-    entries.push_back((i == 0 ? "sites: [" : "") + text(rule.sites[i]) +
+    entries.push_back((i == 0 ? "sites: [" : "") + yaml_value(rule.sites[i]) +
                       (i + 1 == rule.sites.size() ? "]" : ""));
   }
   for (auto& e : codec_items(rule.spec)) entries.push_back(e);

@@ -1,4 +1,5 @@
 // taco-train [CONFIG.yaml] [--set key.path=value ...] [--resume]
+// taco-train --help | --print-config-reference   (no MPI needed)
 //
 // With no CONFIG the embedded default (configs/tiny-cpu.yaml) runs. Every rank loads and
 // validates the same config; bad input ends every rank with exit code 2 and one line from the
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "engine/config/config.h"
+#include "engine/config/config_reference.h"
 #include "engine/config/default_config.h"
 #include "engine/data/shards.h"
 #include "engine/runtime/log.h"
@@ -38,15 +40,29 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: taco-train [CONFIG.yaml] [--set key.path=value ...] [--resume]\n"
-    "  CONFIG.yaml   experiment file (default: the embedded configs/tiny-cpu.yaml)\n"
-    "  --set K=V     override one config key, e.g. --set train.lr=3e-4 --set parallel.tp=2\n"
-    "  --resume      continue from the newest complete checkpoint\n";
+    "       mpirun -np N taco-train ...   (N = parallel.tp x parallel.pp x parallel.dp)\n"
+    "\n"
+    "Trains a GPT-2-style model as the experiment file says: tensor, pipeline and data\n"
+    "parallelism, each communication site optionally compressed (FP8, TACO). Outputs go to\n"
+    "<run.dir>/<run.name>/: config.yaml, log.txt, metrics.jsonl, ckpt/.\n"
+    "\n"
+    "  CONFIG.yaml    experiment file (default: the embedded configs/tiny-cpu.yaml)\n"
+    "  --set K=V      override one config key, e.g. --set train.lr=3e-4 --set parallel.tp=2\n"
+    "                 or --set 'compression.default={codec: taco}'\n"
+    "  --resume       continue from the newest complete checkpoint\n"
+    "  --print-config-reference\n"
+    "                 write the config reference (docs/config-reference.md) to stdout\n"
+    "  --help         this text\n"
+    "\n"
+    "Every key's type, default and meaning: docs/config-reference.md. Logs and metrics.jsonl:\n"
+    "docs/logs-and-metrics.md. Config sections and their keys:\n";
 
 struct Args {
   std::string config_path;  // "" = embedded default
   std::vector<std::string> overrides;
   bool resume = false;
   bool help = false;
+  bool print_reference = false;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -55,6 +71,8 @@ Args parse_args(int argc, char** argv) {
     std::string s = argv[i];
     if (s == "--help" || s == "-h") {
       a.help = true;
+    } else if (s == "--print-config-reference") {
+      a.print_reference = true;
     } else if (s == "--resume") {
       a.resume = true;
     } else if (s == "--set") {
@@ -191,6 +209,21 @@ double startup_timeout(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Help and the reference need no MPI (and no mpirun); a bad command line falls through to the
+  // collective path below, which reports it once.
+  try {
+    const Args early = parse_args(argc, argv);
+    if (early.help) {
+      std::fputs(kUsage, stdout);
+      std::fputs(taco::config_keys_brief().c_str(), stdout);
+      return 0;
+    }
+    if (early.print_reference) {
+      std::fputs(taco::config_reference_markdown().c_str(), stdout);
+      return 0;
+    }
+  } catch (const std::exception&) {
+  }
   {
     // A peer that dies inside MPI_Init leaves the others waiting there: watched too, with at
     // least 10 s, since a loaded machine can take seconds to start many ranks.
@@ -223,7 +256,6 @@ int main(int argc, char** argv) {
 
   int rc = collectively(rank, [&] {
     args = parse_args(argc, argv);
-    if (args.help) return;
     std::vector<std::string> overrides = args.overrides;
     if (args.resume) overrides.push_back("checkpoint.resume=true");
     config = load(args, overrides);
@@ -231,11 +263,6 @@ int main(int argc, char** argv) {
         args.resume ? load(args, args.overrides).checkpoint.resume : config.checkpoint.resume;
     taco::start_watchdog(config.parallel.timeout_s, rank);
   });
-  if (rc == 0 && args.help) {
-    if (rank == 0) std::fputs(kUsage, stdout);
-    MPI_Finalize();
-    return 0;
-  }
   if (rc == 0) {
     rc = collectively(rank, [&] {
       namespace fs = std::filesystem;

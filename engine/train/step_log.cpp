@@ -97,11 +97,12 @@ std::string human_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
-void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,
-                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu, double elapsed_s,
-                  MetricsWriter& metrics) {
+std::string interval_line(int step, int steps, double lr, double norm, const IntervalSummary& sum,
+                          const std::map<std::string, SiteCommStats>& sites, bool has_mfu,
+                          double elapsed_s, const std::string& native) {
   std::string extra;
-  if (sum.saved_bytes > 0) extra += fmt::format(" | saved {:.1f} MB", sum.saved_bytes / 1e6);
+  if (sum.saved_bytes > 0)
+    extra += fmt::format(" | saved {:.1f} MB vs {}", sum.saved_bytes / 1e6, native);
   double worst = 0;
   std::string worst_site;
   for (const auto& [name, st] : sites) {
@@ -115,12 +116,18 @@ void log_interval(int step, int steps, double lr, double norm, const IntervalSum
   const std::string mfu = has_mfu ? fmt::format(" | MFU {:.1f}%", 100 * sum.mfu) : "";
   // ETA: the steps left at this interval's pace.
   const double eta_s = double(steps - step) * sum.ms_per_step / 1e3;
-  spdlog::info(
+  return fmt::format(
       "step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} ms/step | {} tok/s{} | comm "
       "{:.0f}% ({:.1f} ms, {:.1f} MB){} | {} elapsed, ETA {}",
       step, steps, sum.loss, lr, norm, sum.ms_per_step, human_count(sum.tokens_per_s), mfu,
       100 * sum.comm_share, sum.comm_ms, sum.comm_bytes / 1e6, extra, human_duration(elapsed_s),
       human_duration(eta_s));
+}
+
+void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,
+                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu, double elapsed_s,
+                  const std::string& native, MetricsWriter& metrics) {
+  spdlog::info("{}", interval_line(step, steps, lr, norm, sum, sites, has_mfu, elapsed_s, native));
   JsonRecord r;
   r.add("step", (long long)step)
       .add("loss", sum.loss)
@@ -139,31 +146,8 @@ void log_interval(int step, int steps, double lr, double norm, const IntervalSum
                     .add("comm_bytes", (long long)sum.comm_bytes)
                     .add("wire_bytes", (long long)sum.wire_bytes)
                     .add("saved_bytes", (long long)sum.saved_bytes)
+                    .add("dtype", native)
                     .add_raw("sites", sites_json(sites)));
-}
-
-std::string site_summary(const std::map<std::string, SiteCommStats>& sites, int steps) {
-  std::string out = fmt::format(
-      "traffic per site over {} step(s) (this rank):\n  {:<14} {:>8} {:>11} {:>11} {:>6} {:>10} "
-      "{:>9} {:>9} {:>9}",
-      steps, "site", "calls", "logical MB", "wire MB", "ratio", "saved MB", "comm s", "rel err",
-      "NaN grp");
-  SiteCommStats total;
-  auto row = [&](const std::string& name, const SiteCommStats& st) {
-    const std::string ratio =
-        st.wire_bytes > 0 ? fmt::format("{:.2f}", double(st.logical_bytes) / st.wire_bytes) : "-";
-    const double err = st.relative_l2();
-    const std::string rel = st.error_samples > 0 ? fmt::format("{:.3e}", err) : "-";
-    out += fmt::format("\n  {:<14} {:>8} {:>11.1f} {:>11.1f} {:>6} {:>10.1f} {:>9.2f} {:>9} {:>9}",
-                       name, st.calls, st.logical_bytes / 1e6, st.wire_bytes / 1e6, ratio,
-                       st.saved_bytes / 1e6, st.seconds, rel, st.nonfinite_groups);
-  };
-  for (const auto& [name, st] : sites) {
-    row(name, st);
-    total += st;
-  }
-  row("total", total);
-  return out;
 }
 
 std::string human_count(double x) {

@@ -83,20 +83,22 @@ std::string json_array(const std::vector<double>& v);
 // 1234567 -> "1.23M" (k, M, B), for counts in log lines.
 std::string human_count(double x);
 
-// The end-of-run table of every site this rank used (docs/design.md §7), one row each: calls,
-// logical and wire MB, the wire ratio, MB saved, seconds in the calls, and the relative L2 error
-// pooled over the logged steps' measurements ("-" where nothing was measured or compressed).
-std::string site_summary(const std::map<std::string, SiteCommStats>& sites, int steps);
-
-// The log line and the metrics.jsonl record of an interval ending at `step` (docs/design.md §7):
-// its mean loss, ms/step, tokens/s, MFU (`has_mfu`: GPUs only), communication share and bytes per
-// step, and the logged step's traffic and measured error per site (the worst site on the line).
+// The log line and the metrics.jsonl record of an interval ending at `step` (docs/design.md §7,
+// docs/logs-and-metrics.md): its mean loss, ms/step, tokens/s, MFU (`has_mfu`: GPUs only),
+// communication share and bytes per step, the bytes compression saved per step against sending
+// the same messages uncompressed in `native` (the run's dtype, "fp32" or "bf16", named on the
+// line), and the logged step's traffic and measured error per site (the worst site on the line).
 // Every rank prints (spdlog shows rank 0 unless log.all_ranks); only rank 0's writer writes.
 // `elapsed_s`: wall time since training started (the ETA is the steps left at the interval's
 // pace).
 void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,
                   const std::map<std::string, SiteCommStats>& sites, bool has_mfu, double elapsed_s,
-                  MetricsWriter& metrics);
+                  const std::string& native, MetricsWriter& metrics);
+
+// The log line itself (log_interval prints it): "step    10/240 | loss 4.1234 | ...".
+std::string interval_line(int step, int steps, double lr, double norm, const IntervalSummary& sum,
+                          const std::map<std::string, SiteCommStats>& sites, bool has_mfu,
+                          double elapsed_s, const std::string& native);
 
 // 75 -> "1m15s", 3725 -> "1h02m", 9 -> "9s".
 std::string human_duration(double seconds);

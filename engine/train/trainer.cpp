@@ -19,6 +19,7 @@
 #include "engine/train/metrics.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/schedule.h"
+#include "engine/train/site_traffic.h"
 #include "engine/train/step_log.h"
 #include "kernels/check.h"
 #include "kernels/gradnorm.h"
@@ -297,7 +298,7 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
     return *s.device_comms.back();
   };
   auto door = [&](MpiCommunicator& group) {
-    return std::make_unique<CompressedSiteComm>(data_comm(group), *s.policy, s.calibration.get());
+    return std::make_unique<LayeredSiteComm>(data_comm(group), *s.policy, s.calibration.get());
   };
   s.tp_comm = door(s.grid->tp());
   s.pp_comm = door(s.grid->pp());
@@ -600,7 +601,7 @@ TrainHistory Trainer::run() {
   const auto run_start = clock::now();
   StepClock step_clock;
   LogInterval interval;
-  std::map<std::string, SiteCommStats> run_sites;  // this rank's traffic over the whole run
+  TrafficByLayer run_traffic;  // this rank's traffic over the whole run, per site and layer
   auto seconds_since = [](clock::time_point t) {
     return std::chrono::duration<double>(clock::now() - t).count();
   };
@@ -672,6 +673,8 @@ TrainHistory Trainer::run() {
       if (!c) continue;
       comm += c->total();
       for (const auto& [name, st] : c->stats()) sites[name] += st;
+      if (const auto* layered = dynamic_cast<const LayeredSiteComm*>(c))
+        add_traffic(run_traffic, layered->layer_traffic());
     }
     for (const auto& c : s.device_comms)
       sample.staging_seconds += c->stats().total().staging_seconds;
@@ -682,7 +685,6 @@ TrainHistory Trainer::run() {
     sample.wire_bytes = comm.wire_bytes;
     sample.saved_bytes = comm.saved_bytes;
     interval.add(sample);
-    for (const auto& [name, st] : sites) run_sites[name] += st;
     for (const auto& [name, st] : sites) {
       if (st.nonfinite_groups > 0)
         spdlog::warn(
@@ -696,7 +698,7 @@ TrainHistory Trainer::run() {
           interval.summarize(s.tokens_per_step, flops_per_token, s.peak_flops);
       interval.clear();
       log_interval(step + 1, tc.steps, lr, norm, sum, sites, s.peak_flops > 0,
-                   seconds_since(run_start), *s.metrics);
+                   seconds_since(run_start), dtype_name(s.dtype), *s.metrics);
       step_clock.exclude(seconds_since(t_log));
     }
     if (s.val_data &&
@@ -731,8 +733,13 @@ TrainHistory Trainer::run() {
       break;
     }
   }
-  if (!run_sites.empty() && history.steps_done > history.start_step)
-    spdlog::info("{}", site_summary(run_sites, history.steps_done - history.start_step));
+  if (!run_traffic.empty() && history.steps_done > history.start_step) {
+    const int done = history.steps_done - history.start_step;
+    spdlog::info("{}", traffic_table(run_traffic, done, dtype_name(s.dtype)));
+    s.metrics->write(JsonRecord()
+                         .add("step", (long long)history.steps_done)
+                         .add_raw("summary", traffic_json(run_traffic, done, dtype_name(s.dtype))));
+  }
   return history;
 }
 

@@ -196,6 +196,19 @@ TEST(Policy, TableShowsEveryLayerAndSiteWithALegend) {
             "pp.grad . dp.grad C\n");
 }
 
+// min_bytes 0 exempts no message; the heading must not speak of "messages under 0 bytes".
+TEST(Policy, TableWithoutAMinimumSaysEveryMessageIsCompressed) {
+  CompressionSection c;
+  c.default_spec = spec("taco");
+  const std::string table = CompressionPolicy(c, 2).table();
+  EXPECT_EQ(table.rfind("compression: first matching rule wins; every message takes its codec "
+                        "whatever its size (compression.min_bytes 0)\n",
+                        0),
+            0u)
+      << table;
+  EXPECT_EQ(table.find("under 0 bytes"), std::string::npos) << table;
+}
+
 TEST(Policy, AutoGroupsWaitForCalibration) {
   CompressionSection c;
   c.calibrate_steps = 10;

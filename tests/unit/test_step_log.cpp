@@ -1,9 +1,10 @@
 // The log's arithmetic (engine/train/step_log.h): an interval's means and rates over every step
 // in it, the codec time over the steps that took it, the step clock's exclusions, and the
-// end-of-run site table. Made-up samples with known answers.
+// log line. Made-up samples with known answers.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -77,30 +78,36 @@ TEST(HumanDuration, SecondsMinutesAndHours) {
   EXPECT_EQ(human_duration(-3), "0s");
 }
 
-TEST(SiteSummary, OneRowPerSiteAndATotal) {
+// The log line names every quantity of docs/logs-and-metrics.md, and says what "saved" is
+// counted against: the run's own dtype (fp32 on CPU ranks, where a GPU run would send bf16).
+TEST(IntervalLine, CarriesEveryQuantityAndNamesWhatSavedIsCountedAgainst) {
+  LogInterval interval;
+  interval.add(sample(0.5, 3.0, 0.25));
+  interval.add(sample(0.5, 2.0, 0.25));
+  const IntervalSummary sum = interval.summarize(1000, 6e9, 1e14);
   std::map<std::string, SiteCommStats> sites;
   SiteCommStats a;
   a.calls = 4;
-  a.logical_bytes = 8'000'000;
-  a.wire_bytes = 2'000'000;
   a.error_samples = 2;
   a.error_sq = 1.0;
   a.signal_sq = 100.0;
   sites["attn.out.fwd"] = a;
-  SiteCommStats b;
-  b.calls = 1;
-  b.logical_bytes = 1'000'000;
-  sites["sp.grad"] = b;  // uncompressed, never measured
-  const std::string t = site_summary(sites, 3);
-  EXPECT_NE(t.find("over 3 step(s)"), std::string::npos) << t;
-  EXPECT_NE(t.find("attn.out.fwd"), std::string::npos) << t;
-  EXPECT_NE(t.find("1.000e-01"), std::string::npos) << t;  // sqrt(1 / 100)
-  EXPECT_NE(t.find("4.00"), std::string::npos) << t;       // 8 MB over 2 MB
-  const size_t sp = t.find("sp.grad");
-  ASSERT_NE(sp, std::string::npos) << t;
-  const std::string sp_row = t.substr(sp, t.find('\n', sp) - sp);
-  EXPECT_NE(sp_row.find(" - "), std::string::npos) << sp_row;  // no ratio, no error
-  EXPECT_NE(t.find("total"), std::string::npos) << t;
+  SiteCommStats b = a;
+  b.error_sq = 4.0;
+  sites["mlp.out.fwd"] = b;
+  sites["sp.grad"] = SiteCommStats{};  // never measured: never the worst
+  const std::string line = interval_line(20, 100, 1e-3, 0.75, sum, sites, true, 30, "fp32");
+  for (const char* part :
+       {"step    20/100", "loss 2.5000", "lr 1.00e-03", "norm 0.750", "500.0 ms/step", "2.0k tok/s",
+        "MFU 12.0%", "comm 50% (250.0 ms", "saved 0.0 MB vs fp32", "err 2.00e-01 mlp.out.fwd",
+        "30s elapsed", "ETA 40s"})
+    EXPECT_NE(line.find(part), std::string::npos) << part << "\n" << line;
+  // Without MFU (CPU ranks) and without compression: neither part.
+  const std::string plain =
+      interval_line(20, 100, 1e-3, 0.75, IntervalSummary{}, {}, false, 30, "bf16");
+  EXPECT_EQ(plain.find("MFU"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("saved"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("err "), std::string::npos) << plain;
 }
 
 }  // namespace

@@ -13,17 +13,36 @@ launches after --warmup, measured with CUDA events; the backward alone is timed 
 autograd on a retained graph.
 
   python3 tools/bench/attention_vs_torch.py [--backend auto|flash|efficient|cudnn|math]
+
+A yardstick only; it reads no taco config (taco's keys: docs/config-reference.md).
 """
 import argparse
 import contextlib
-
-import torch
-import torch.nn.functional as F
 
 SHAPES = {  # name: (B, T, NH, hs)
     "gpt2-124M": (16, 1024, 12, 64),
     "gpt-1.3B": (8, 2048, 16, 128),
 }
+
+
+def make_parser():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", default="auto",
+                        choices=["auto", "flash", "efficient", "cudnn", "math"],
+                        help="PyTorch's SDPA backend [auto]")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed launches first [5]")
+    parser.add_argument("--reps", type=int, default=20, help="timed launches [20]")
+    parser.add_argument("--shape", choices=sorted(SHAPES), action="append",
+                        help="run only these shapes (default: all)")
+    return parser
+
+
+if __name__ == "__main__":
+    ARGS = make_parser().parse_args()  # --help answers here, on a machine without PyTorch too
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def backend_context(name):
@@ -84,15 +103,7 @@ def bench(name, B, T, NH, hs, warmup, reps):
     )
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="auto",
-                        choices=["auto", "flash", "efficient", "cudnn", "math"])
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--shape", choices=sorted(SHAPES), action="append",
-                        help="run only these shapes (default: all)")
-    args = parser.parse_args()
+def main(args):
     if not torch.cuda.is_available():
         raise SystemExit("attention_vs_torch.py: no CUDA device; run it on the GPU machine")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, backend {args.backend}")
@@ -102,4 +113,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

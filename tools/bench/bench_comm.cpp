@@ -7,8 +7,9 @@
 //       [--iters 20] [--warmup 5] [--cols 1024] [--device auto|cpu|cuda]
 //       [--backend auto|nccl|mpi] [--chunks auto|N] [--stage-piece 4M] [--json FILE]
 //
-// Messages are [rows, cols] with cols = hidden size; size counts them as bf16 (2 bytes per
-// element), as the trainer's tensor-parallel traffic is, also on the CPU where the data is fp32.
+// Messages are [rows, cols] with cols = hidden size; size counts 2 bytes per element (bf16, as a
+// GPU run's tensor-parallel traffic is), also on the CPU, where the buffers hold fp32: the header
+// says so, and CPU rows then compare with GPU rows.
 // The calls go through CompressedSiteComm, the trainer's door, at the site attn.out.fwd with the
 // codec as default; `none` is the backend's native collective (NCCL's where it runs). On a GPU
 // the buffers live on the device and the codec rows run DeviceCompressedCollectives (device
@@ -219,10 +220,21 @@ int comm(const std::vector<std::string>& args) {
 
   if (rank == 0) {
     std::printf(
-        "# taco-bench comm: %d ranks, %s %s, backend %s, cols %d, %d iters after %d warmup\n", p,
-        gpu ? "cuda" : "cpu", dtype_name(dtype), comm.backend(), a.cols, a.iters, a.warmup);
+        "# taco-bench comm: %d ranks, %s buffers holding %s, backend %s, cols %d, %d iters after "
+        "%d warmup\n",
+        p, gpu ? "device" : "host", dtype_name(dtype), comm.backend(), a.cols, a.iters, a.warmup);
+    if (gpu)
+      std::printf("# size(B) = count x 2: the bf16 message's bytes\n");
+    else
+      std::printf(
+          "# size(B) = count x 2: each element counted as 2 B (bf16, what a GPU run moves) so "
+          "rows compare with GPU runs; these host buffers hold fp32, so none moves twice that\n");
     std::printf(
-        "# size counts bf16 elements; busbw factor 2(p-1)/p (all_reduce), (p-1)/p (others)\n");
+        "# algbw = size / time; busbw = algbw x 2(p-1)/p (all_reduce) or (p-1)/p (others)\n"
+        "# wire(B): bytes one rank sends per call (none: the native collective's share of size; "
+        "codecs: encoded, headers and scales included)\n"
+        "# error: relative L2 against the native result; #wrong: elements that differ from it "
+        "(none) or are not finite (codecs); vs best: the fastest none row's time / this row's\n");
     if (gpu)
       std::printf("# codecs: device buffers, device codecs, pipeline chunks %s\n",
                   a.chunks.c_str());

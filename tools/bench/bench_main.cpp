@@ -64,11 +64,12 @@ constexpr Subcommand kSubcommands[] = {
      "comm [--ops all_reduce,reduce_scatter,all_gather] [--codecs none,taco,fp8_block]\n"
      "      [--min-bytes 1M] [--max-bytes 1G] [--factor 4] [--iters 20] [--warmup 5]\n"
      "      [--cols 1024] [--device auto|cpu|cuda] [--backend auto|nccl|mpi] [--chunks auto|N]\n"
-     "      [--json FILE]\n"
+     "      [--stage-piece 4M] [--json FILE]\n"
      "      under mpirun, any number of ranks: nccl-tests columns (size, count, time, algbw,\n"
      "      busbw, #wrong) for the native collective (none) and each codec, plus wire bytes\n"
      "      per rank and relative error against the native result; on a GPU the codecs run on\n"
-     "      device buffers, pipelined in --chunks pieces (compression.chunks)"},
+     "      device buffers, pipelined in --chunks pieces (compression.chunks); --stage-piece:\n"
+     "      the host-staging piece size with --backend mpi on a GPU (parallel.stage_piece_bytes)"},
     {"step", taco::bench::step,
      "step [--model 124m|350m|1.3b] [--steps N] [--warmup N] [--batch B] [--per-kernel]\n"
      "      [--reps N] [--check] [--torch] [--torch-script PATH] [--seed S] [--json FILE]\n"
@@ -78,9 +79,17 @@ constexpr Subcommand kSubcommands[] = {
      "      attention by cuDNN's fused SDPA (auto: where it runs the shape) or our kernels"},
 };
 
+constexpr const char* kFooter =
+    "Each table's header says what its columns count; --json FILE writes the same rows.\n"
+    "Measured figures and their commands: tools/bench/RESULTS.md. Config keys and site\n"
+    "names (compression.*, --chunks = compression.chunks): docs/config-reference.md.\n";
+
 void usage(FILE* to) {
-  std::fprintf(to, "usage: taco-bench SUBCOMMAND [options]\n");
+  std::fprintf(to,
+               "usage: taco-bench SUBCOMMAND [options]    (taco-bench SUBCOMMAND --help: one)\n"
+               "Benchmarks of taco's pieces alone, printed as aligned tables.\n");
   for (const Subcommand& s : kSubcommands) std::fprintf(to, "  %s\n", s.help);
+  std::fputs(kFooter, to);
 }
 
 }  // namespace
@@ -94,6 +103,12 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 2, argv + argc);
   for (const Subcommand& s : kSubcommands) {
     if (name != s.name) continue;
+    for (const std::string& a : args) {
+      if (a == "--help" || a == "-h") {
+        std::printf("usage: taco-bench %s\n%s", s.help, kFooter);
+        return 0;
+      }
+    }
     try {
       return s.run(args);
     } catch (const taco::Error& e) {

@@ -18,6 +18,7 @@ lower bound of where compression pays; chunked overlap raises it. Every GB/s her
 over time, as the bench reports it.
 
 Usage: crossover.py CODEC_JSON [--ranks 2,4,8] [--codec SUBSTRING] [--json OUT]
+The result bears on compression.min_bytes and the codec rules (docs/config-reference.md).
 """
 import argparse
 import json
@@ -44,9 +45,10 @@ def crossover_gbps(row, p):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("codec_json")
-    ap.add_argument("--ranks", default="2,4,8")
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("codec_json", help="the file taco-bench codec --json wrote (GPU rows)")
+    ap.add_argument("--ranks", default="2,4,8", help="group sizes p to evaluate [2,4,8]")
     ap.add_argument("--codec", default="", help="only codecs whose name contains this")
     ap.add_argument("--json", default="", help="also write the table here")
     a = ap.parse_args(argv)

@@ -10,7 +10,8 @@
       OUT/summary.md (comm speedups per op and size; tokens/s, MFU and communication share of each
       training run against its `none` run; final loss of the parity runs) and prints the markdown.
       With matplotlib, also OUT/parity.png (tools/plot) of the parity runs.
-Bad input exits 2 with one line on stderr.
+Bad input exits 2 with one line on stderr. compression.min_bytes and the other config keys:
+docs/config-reference.md; the metrics.jsonl records it reads: docs/logs-and-metrics.md.
 """
 import glob
 import json
@@ -176,6 +177,9 @@ def summary(out, gpus):
 
 
 def main(argv):
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
     if len(argv) >= 2 and argv[0] == "min-bytes":
         print(min_bytes(argv[1]))
         return 0

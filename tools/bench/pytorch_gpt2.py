@@ -20,15 +20,42 @@ MFU counts 6N + 6LTd flops per token (N parameters, docs/design.md §7) against 
 
   python3 tools/bench/pytorch_gpt2.py --layers 12 --d-model 768 --heads 12 --seq-len 1024 \
       --batch 16 [--variants eager,compile] [--steps 20] [--warmup 5] [--sdpa flash|auto]
+
+The flags mirror taco's model keys (model.n_layer, d_model, n_head, seq_len, vocab_size:
+docs/config-reference.md); taco-bench step --torch passes them.
 """
 import argparse
 import json
 import math
 import sys
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+def make_parser():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--layers", type=int, default=12, help="transformer blocks [12]")
+    p.add_argument("--d-model", type=int, default=768, help="hidden size [768]")
+    p.add_argument("--heads", type=int, default=12, help="attention heads [12]")
+    p.add_argument("--seq-len", type=int, default=1024, help="tokens per window [1024]")
+    p.add_argument("--batch", type=int, default=16, help="windows per step [16]")
+    p.add_argument("--vocab", type=int, default=50257, help="real vocabulary; padded to 64")
+    p.add_argument("--steps", type=int, default=20, help="timed steps [20]")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first [5]")
+    p.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate [1e-4]")
+    p.add_argument("--seed", type=int, default=1234, help="weights and tokens [1234]")
+    p.add_argument("--variants", default="eager,compile", help="eager, compile or both")
+    p.add_argument("--sdpa", choices=["flash", "auto"], default="flash",
+                   help="attention backend [flash]")
+    p.add_argument("--peak-tflops", type=float, default=989.0,
+                   help="bf16 peak for MFU [989, an H100/H200]")
+    return p
+
+
+if __name__ == "__main__":
+    ARGS = make_parser().parse_args()  # --help answers here, on a machine without PyTorch too
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 class Block(nn.Module):
@@ -148,22 +175,7 @@ def run_variant(args, variant, vocab_padded, tokens, targets):
     return result
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--layers", type=int, default=12)
-    p.add_argument("--d-model", type=int, default=768)
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--seq-len", type=int, default=1024)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--vocab", type=int, default=50257, help="real vocabulary; padded to 64")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--variants", default="eager,compile")
-    p.add_argument("--sdpa", choices=["flash", "auto"], default="flash")
-    p.add_argument("--peak-tflops", type=float, default=989.0)
-    args = p.parse_args()
+def main(args):
     if not torch.cuda.is_available():
         print("pytorch_gpt2.py: no CUDA device visible to PyTorch", file=sys.stderr)
         return 2
@@ -185,4 +197,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(ARGS))

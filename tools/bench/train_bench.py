@@ -82,7 +82,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
-    p = Parser(prog="train_bench.py", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="train_bench.py", description=__doc__.split("\n\n")[0],
+               epilog="Config keys for --set: docs/config-reference.md; the metrics.jsonl it "
+               "reads: docs/logs-and-metrics.md.")
     p.add_argument("--tp", default="2,4", help="tensor-parallel sizes [2,4]")
     p.add_argument("--models", default="124m", help="124m,350m (or tiny, or a YAML path) [124m]")
     p.add_argument("--codecs", default=DEFAULT_CODECS, help=f"[{DEFAULT_CODECS}]")

@@ -1,4 +1,14 @@
-"""The table and the plot of tools/bench/train_bench.py (its runs' dicts, or its JSON)."""
+"""The table and the plot of tools/bench/train_bench.py (its runs' dicts, or its JSON).
+
+A module that train_bench.py imports, not a command: run train_bench.py, or redraw a plot from
+its JSON with `python3 tools/bench/train_bench.py --plot OUT/train_bench.json OUT.png`.
+Columns: model, tp, codec; ms/step and tok/s (steady state); comm% (share of the step inside
+collectives); codec_ms, wire_ms, stage_ms, comp_ms (a step's breakdown: codec kernels, time on the
+wire, host staging copies, compute); wire_MB and logic_MB (bytes per step sent and before
+compression); speedup (none's ms/step over this run's); logged (a logged step's time over an
+unlogged one's); loss (after the last step); status. The runs' config keys:
+docs/config-reference.md; their metrics.jsonl: docs/logs-and-metrics.md.
+"""
 import os
 import subprocess
 import sys
@@ -156,3 +166,8 @@ def render_plot_elsewhere(script, json_path, png):
     r = subprocess.run([DEBIAN_PYTHON, os.path.abspath(script), "--plot", json_path, png],
                        capture_output=True, text=True)
     return r.returncode == 0
+
+
+if __name__ == "__main__":
+    print(__doc__.strip())
+    sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)

@@ -44,6 +44,9 @@ const char* const kUsage =
     "\n"
     "  RUN_DIR         runs/<name>: its config.yaml and newest complete checkpoint\n"
     "  CHECKPOINT_DIR  one checkpoint folder (.../ckpt/step_N); config.yaml from two levels up\n"
+    "  --prompt TEXT   text the sample continues (default empty: it starts after a newline\n"
+    "                  byte, or <|endoftext|> for GPT-2 BPE models)\n"
+    "  --tokens N      tokens to sample (default 200)\n"
     "  --token-ids L   start from these token ids (comma-separated) instead of a text prompt\n"
     "  --dump-logits F write the logits of the prompt's (or --token-ids') n tokens to F instead\n"
     "                  of sampling: n x vocab_size float32, little-endian, row t = the logits\n"
@@ -52,7 +55,10 @@ const char* const kUsage =
     "  --top-k K       sample among the K most likely tokens (default 40; 0 = all)\n"
     "  --seed S        sampling seed (default 1234)\n"
     "  --config FILE   the run's config when it is not where described above\n"
-    "  --bpe-dir DIR   GPT-2 BPE files for vocab 50257 models (default .cache/gpt2-bpe)\n";
+    "  --bpe-dir DIR   GPT-2 BPE files for vocab 50257 models (default .cache/gpt2-bpe)\n"
+    "  --help          this text\n"
+    "\n"
+    "The model's shape comes from the run's config (keys: docs/config-reference.md).\n";
 
 struct Options {
   std::string path, prompt, config, bpe_dir = ".cache/gpt2-bpe", dump_logits;

@@ -43,7 +43,10 @@ const char* const kUsage =
     "Documents: in a fortune file (lines holding just \"%\" separate fortunes) each fortune is a\n"
     "document and the \"%\" lines are dropped; any other file is one document. byte: every\n"
     "document is followed by a \"\\n\" separator; gpt2: every document is preceded by\n"
-    "<|endoftext|> (50256), as in llm.c's GPT-2 shards.\n";
+    "<|endoftext|> (50256), as in llm.c's GPT-2 shards.\n"
+    "\n"
+    "Train on them with --set data.train='DIR/train_*.bin' --set data.val='DIR/val_*.bin'\n"
+    "(and model.vocab_size to match the tokenizer); every config key: docs/config-reference.md.\n";
 
 struct Options {
   std::string tokenizer;

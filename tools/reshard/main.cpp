@@ -30,9 +30,19 @@ const char* const kUsage =
     "\n"
     "Writes the checkpoint (a run's newest complete one that loads, or the folder given) for the\n"
     "layout that the --set overrides give the run's config.yaml, into <run.dir>/<run.name>/ of\n"
-    "that target config (set run.name to a new name). Example:\n"
+    "that target config (set run.name to a new name). Pure data movement, bit-exact; runs on\n"
+    "the CPU without mpirun.\n"
+    "\n"
+    "  RUN_DIR         runs/<name>: its config.yaml and newest complete checkpoint\n"
+    "  CHECKPOINT_DIR  one checkpoint folder (.../ckpt/step_N); config.yaml from two levels up\n"
+    "  --set K=V       a key of the target config, as taco-train takes it: the layout\n"
+    "                  (parallel.tp, parallel.pp, parallel.dp, parallel.zero), run.name, ...\n"
+    "  --config FILE   the run's config when it is not where described above\n"
+    "\n"
+    "Example:\n"
     "  taco-reshard runs/tiny-cpu --set parallel.tp=1 --set run.name=tiny-cpu-tp1\n"
-    "  taco-train runs/tiny-cpu-tp1/config.yaml --resume\n";
+    "  taco-train runs/tiny-cpu-tp1/config.yaml --resume\n"
+    "Every config key: docs/config-reference.md.\n";
 
 int run(int argc, char** argv) {
   std::string src, config_path;
