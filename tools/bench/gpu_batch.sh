@@ -10,12 +10,18 @@
 #   codec      taco-bench codec (device codecs against a device-to-device copy)  ~80 s
 #   comm       taco-bench comm on this one GPU                                   ~30 s
 #   commstaged taco-bench comm, 2 ranks on the one GPU, MPI staged through host memory ~40 s
+#   stagesweep taco-bench comm, 2 ranks through host memory: the compressed all-reduce in 6
+#              pipeline pieces (the old auto) against one piece (auto over a blocking
+#              communicator), at staging pieces of 4M, 1M and 512K                   ~60 s
+#   hfcheck    taco-export against transformers: a tiny tp=2 run on CPU ranks, exported, its
+#              logits compared with GPT2LMHeadModel's (fp32 CPU, bf16 GPU)           ~60 s
 #   sass       SASS of taco's G=128 bf16 encode kernel and its opcode counts     ~5 s
 #   profile    Nsight Compute source counters (executed instructions and stall
 #              samples per SASS line) of taco's 128 MB encode and bf16 decode    ~25 s
 #   slowtests  the gpu_/mpi_ tests of the host-staged (slow-link) path           ~40 s
 #   slowlink   tools/bench/train_bench.py: GPT-2 124M, tp=2 and 4 ranks on the one GPU through
 #              host memory, none / taco / fp8_block / taco group auto, 40 steps each  ~400 s
+#              (SLOWLINK_TP, SLOWLINK_CODECS narrow it; SLOWLINK_SET="k=v k=v" adds --set keys)
 #   parity     taco-train 124M tp=2 on the one GPU, 300 steps on GPT-2-tokenized fortunes, none
 #              vs taco on every TP site (carry data/fortunes-gpt2, made here with
 #              taco-prep --tokenizer gpt2 --val-every 5)                          ~330 s
@@ -82,6 +88,31 @@ for part in "${parts[@]}"; do
     echo "comm staged rc $?"
     tail -30 "$OUT/comm-staged.log"
     ;;
+  stagesweep)
+    for v in "--chunks 6" "--chunks auto" "--chunks auto --stage-piece 1M" \
+      "--chunks auto --stage-piece 512K"; do
+      echo "== comm $v"
+      timeout 90 mpirun --oversubscribe -np 2 $B/taco-bench comm --device cuda --backend mpi \
+        --ops all_reduce --codecs none,taco --min-bytes 16M --max-bytes 32M --factor 2 --iters 10 \
+        --warmup 3 $v > "$OUT/stagesweep.log" 2>&1
+      echo "rc $?"
+      grep -vE "^#" "$OUT/stagesweep.log" | tail -7
+    done
+    ;;
+  hfcheck)
+    name=hf-tiny
+    $B/taco-prep --tokenizer byte --out /tmp/hf-data README.md docs/design.md > /dev/null
+    timeout 200 mpirun --oversubscribe -np 2 $B/taco-train configs/tiny-cpu.yaml \
+      --set train.device=cpu --set parallel.tp=2 --set train.steps=20 --set log.eval_every=0 \
+      --set 'data.train=/tmp/hf-data/train_*.bin' --set 'data.val=/tmp/hf-data/val_*.bin' \
+      --set run.dir="$OUT" --set run.name=$name > "$OUT/$name.out" 2>&1
+    echo "train rc $?"
+    rm -rf /tmp/hf-tiny && $B/taco-export "$OUT/$name" --format hf /tmp/hf-tiny
+    for d in "--dtype fp32 --device cpu" "--dtype bf16 --device cuda"; do
+      python3 tools/export/check_hf.py /tmp/hf-tiny --run "$OUT/$name" --generate $B/taco-generate $d
+      echo "check_hf $d: exit $?"
+    done
+    ;;
   sass)
     # Static counts over the whole kernel (every path) of taco's default-options variant.
     obj=$(find $B -name codec_fp8_encode.cu.o | head -1)
@@ -113,6 +144,7 @@ for part in "${parts[@]}"; do
     # SLOWLINK_TP / SLOWLINK_CODECS narrow the runs to fit one device call.
     timeout 560 python3 tools/bench/train_bench.py --build $B --models 124m --tp "${SLOWLINK_TP:-2,4}" \
       --codecs "${SLOWLINK_CODECS:-none,taco,fp8_block,taco-auto}" --steps 40 --warmup 10 --out "$OUT/train-bench" \
+      $(for kv in ${SLOWLINK_SET:-}; do printf -- '--set %s ' "$kv"; done) \
       > "$OUT/train-bench.log" 2>&1
     echo "train_bench rc $?"
     grep -vE "^# run " "$OUT/train-bench.log" | tail -14
