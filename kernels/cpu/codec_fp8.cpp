@@ -2,7 +2,9 @@
 // numbered steps and their fp32 order are specified in kernels/codec_fp8.h. Each thread takes
 // an even share of the groups; a group is read into a contiguous scratch row (along tokens
 // through a strided gather) and every element loop is vectorized (kernels/cpu/codec_fp8_simd.h);
-// the per-group scalars (a, q, f, the scales) are computed once per group as before.
+// the per-group scalars (a, q, f, the scales) are computed once per group as before. On AVX2,
+// taco's groups go eight at a time through kernels/cpu/codec_taco_lanes.h (one group per vector
+// lane), and only the batches it declines take the per-group loops here.
 #include "kernels/codec_fp8.h"
 
 #include <omp.h>
@@ -14,6 +16,7 @@
 
 #include "kernels/check.h"
 #include "kernels/cpu/codec_fp8_simd.h"
+#include "kernels/cpu/codec_taco_lanes.h"
 #include "kernels/hadamard.h"
 
 namespace taco::cpu {
@@ -374,6 +377,9 @@ struct StoreF32 {
     for (int i = 0; i < n; ++i) o[i] = v[i];
   }
   TACO_SIMD_INLINE void one(int64_t i, float v) const { out[i] = v; }
+  bool lanes8(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g) const {
+    return lanes::decode8(c, sc, s, g, out, false);
+  }
 };
 struct AccumulateF32 {
   float* out;
@@ -383,6 +389,9 @@ struct AccumulateF32 {
     for (int i = 0; i < n; ++i) o[i] = o[i] + v[i];
   }
   TACO_SIMD_INLINE void one(int64_t i, float v) const { out[i] = out[i] + v; }
+  bool lanes8(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g) const {
+    return lanes::decode8(c, sc, s, g, out, true);
+  }
 };
 struct StoreBf16 {
   bf16* out;
@@ -392,6 +401,9 @@ struct StoreBf16 {
     for (int i = 0; i < n; ++i) o[i] = simd::to_bf16_bits(v[i]);
   }
   TACO_SIMD_INLINE void one(int64_t i, float v) const { out[i].bits = simd::to_bf16_bits(v); }
+  bool lanes8(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g) const {
+    return lanes::decode8(c, sc, s, g, out);
+  }
 };
 
 template <class Store>
@@ -626,6 +638,46 @@ TACO_DECODE_RANGE(StoreF32)
 TACO_DECODE_RANGE(AccumulateF32)
 TACO_DECODE_RANGE(StoreBf16)
 
+// taco on AVX2 (G = 32 .. 512): eight groups at a time (kernels/cpu/codec_taco_lanes.h); the
+// batches it declines and the groups after the last whole batch go to the per-group loops.
+// `batch(g)` does groups [g, g + 8) or returns false, `range(g0, g1)` runs the loops.
+template <class Batch, class Range>
+void in_batches(int64_t g0, int64_t g1, Batch&& batch, Range&& range) {
+  int64_t done = g0;
+  for (int64_t g = g0; g + 8 <= g1; g += 8) {
+    if (!batch(g)) continue;
+    if (done < g) range(done, g);
+    done = g + 8;
+  }
+  if (done < g1) range(done, g1);
+}
+
+template <class T>
+Fp8EncodeCounts encode_share(const T* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1, uint8_t* c,
+                             uint8_t* sc, Scratch* w) {
+  if (isa_for(s.hadamard) < 1 || !lanes::handles(s)) return encode_range(x, s, g0, g1, c, sc, w);
+  Fp8EncodeCounts total;
+  in_batches(
+      g0, g1, [&](int64_t g) { return lanes::encode8(x, s, g, c, sc); },
+      [&](int64_t a, int64_t b) {
+        const Fp8EncodeCounts r = encode_range(x, s, a, b, c, sc, w);
+        total.nonfinite_values += r.nonfinite_values;
+        total.nonfinite_groups += r.nonfinite_groups;
+      });
+  return total;
+}
+
+template <class Store>
+int64_t decode_share(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g0,
+                     int64_t g1, Store st, Scratch* w) {
+  if (isa_for(s.hadamard) < 1 || !lanes::handles(s)) return decode_range(c, sc, s, g0, g1, st, w);
+  int64_t poisoned = 0;
+  in_batches(
+      g0, g1, [&](int64_t g) { return st.lanes8(c, sc, s, g); },
+      [&](int64_t a, int64_t b) { poisoned += decode_range(c, sc, s, a, b, st, w); });
+  return poisoned;
+}
+
 // [0, n) split evenly over the team, as schedule(static) would.
 struct Share {
   int64_t begin, end;
@@ -668,7 +720,7 @@ Fp8EncodeCounts encode_impl(const T* x, const Fp8GroupSpec& s, uint8_t* codes, u
   {
     Scratch w(s);
     const Share r = my_share(s.num_groups());
-    const Fp8EncodeCounts c = encode_range(x, s, r.begin, r.end, codes, scales, &w);
+    const Fp8EncodeCounts c = encode_share(x, s, r.begin, r.end, codes, scales, &w);
     bad_values += c.nonfinite_values;
     bad_groups += c.nonfinite_groups;
   }
@@ -696,7 +748,7 @@ int64_t decode_impl(const uint8_t* codes, const uint8_t* scales, const Fp8GroupS
   {
     Scratch w(s);
     const Share r = my_share(s.num_groups());
-    poisoned += decode_range(codes, scales, s, r.begin, r.end, store, &w);
+    poisoned += decode_share(codes, scales, s, r.begin, r.end, store, &w);
   }
   return poisoned;
 }
