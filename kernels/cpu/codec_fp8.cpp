@@ -653,7 +653,7 @@ void in_batches(int64_t g0, int64_t g1, Batch&& batch, Range&& range) {
 }
 
 template <class T>
-Fp8EncodeCounts encode_share(const T* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1, uint8_t* c,
+Fp8EncodeCounts encode_chunk(const T* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1, uint8_t* c,
                              uint8_t* sc, Scratch* w) {
   if (isa_for(s.hadamard) < 1 || !lanes::handles(s)) return encode_range(x, s, g0, g1, c, sc, w);
   Fp8EncodeCounts total;
@@ -668,7 +668,7 @@ Fp8EncodeCounts encode_share(const T* x, const Fp8GroupSpec& s, int64_t g0, int6
 }
 
 template <class Store>
-int64_t decode_share(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g0,
+int64_t decode_chunk(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g0,
                      int64_t g1, Store st, Scratch* w) {
   if (isa_for(s.hadamard) < 1 || !lanes::handles(s)) return decode_range(c, sc, s, g0, g1, st, w);
   int64_t poisoned = 0;
@@ -678,13 +678,19 @@ int64_t decode_share(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s,
   return poisoned;
 }
 
-// [0, n) split evenly over the team, as schedule(static) would.
-struct Share {
-  int64_t begin, end;
-};
-Share my_share(int64_t n) {
-  const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-  return {n * t / nt, n * (t + 1) / nt};
+// Work is handed out in chunks of about kChunkElements elements (whole groups, a multiple of
+// eight: taco's batches), each to the next free thread: on a shared machine a thread whose core
+// is busy takes fewer (an even split waits for it), and a chunk's input (64 KB of bf16) still
+// streams through the caches in long runs.
+constexpr int64_t kChunkElements = 1 << 15;
+
+// f(begin, end) for every chunk of [0, n) in units of `unit` elements, spread over the team.
+template <class F>
+void for_chunks(int64_t n, int64_t unit, F&& f) {
+  const int64_t size = std::max<int64_t>(8, (kChunkElements / unit + 7) / 8 * 8);
+  const int64_t chunks = (n + size - 1) / size;
+#pragma omp for schedule(dynamic, 1)
+  for (int64_t c = 0; c < chunks; ++c) f(c * size, std::min(n, (c + 1) * size));
 }
 
 template <class T>
@@ -697,10 +703,8 @@ Fp8EncodeCounts encode_impl(const T* x, const Fp8GroupSpec& s, uint8_t* codes, u
     float m = 0.f;
     int64_t bad = 0;
 #pragma omp parallel reduction(max : m) reduction(+ : bad) if (threads)
-    {
-      const Share r = my_share(n);
-      m = absmax_range(x, r.begin, r.end, &bad);
-    }
+    for_chunks(n, 1,
+               [&](int64_t i0, int64_t i1) { m = std::max(m, absmax_range(x, i0, i1, &bad)); });
     if (bad) {
       std::memset(codes, 0, size_t(n));
       write_poisoned_scales(scales, 0, 1, s.scales);
@@ -708,10 +712,7 @@ Fp8EncodeCounts encode_impl(const T* x, const Fp8GroupSpec& s, uint8_t* codes, u
     }
     const Quantizer qz = make_quantizer(m, 0, s);
 #pragma omp parallel if (threads)
-    {
-      const Share r = my_share(n);
-      whole_range(x, s.format, r.begin, r.end, qz, codes);
-    }
+    for_chunks(n, 1, [&](int64_t i0, int64_t i1) { whole_range(x, s.format, i0, i1, qz, codes); });
     write_scales(scales, 0, 1, s, qz, 1.f);
     return {};
   }
@@ -719,10 +720,11 @@ Fp8EncodeCounts encode_impl(const T* x, const Fp8GroupSpec& s, uint8_t* codes, u
 #pragma omp parallel reduction(+ : bad_values, bad_groups) if (threads)
   {
     Scratch w(s);
-    const Share r = my_share(s.num_groups());
-    const Fp8EncodeCounts c = encode_share(x, s, r.begin, r.end, codes, scales, &w);
-    bad_values += c.nonfinite_values;
-    bad_groups += c.nonfinite_groups;
+    for_chunks(s.num_groups(), s.group, [&](int64_t g0, int64_t g1) {
+      const Fp8EncodeCounts c = encode_chunk(x, s, g0, g1, codes, scales, &w);
+      bad_values += c.nonfinite_values;
+      bad_groups += c.nonfinite_groups;
+    });
   }
   return {bad_values, bad_groups};
 }
@@ -737,18 +739,17 @@ int64_t decode_impl(const uint8_t* codes, const uint8_t* scales, const Fp8GroupS
   if (s.group == 0) {
     const DecodeScale d = read_scale(scales, 0, 1, s.scales);
 #pragma omp parallel if (threads)
-    {
-      const Share r = my_share(n);
-      whole_range(codes, s.format, d, r.begin, r.end, store);
-    }
+    for_chunks(n, 1,
+               [&](int64_t i0, int64_t i1) { whole_range(codes, s.format, d, i0, i1, store); });
     return d.poisoned ? 1 : 0;
   }
   int64_t poisoned = 0;
 #pragma omp parallel reduction(+ : poisoned) if (threads)
   {
     Scratch w(s);
-    const Share r = my_share(s.num_groups());
-    poisoned += decode_share(codes, scales, s, r.begin, r.end, store, &w);
+    for_chunks(s.num_groups(), s.group, [&](int64_t g0, int64_t g1) {
+      poisoned += decode_chunk(codes, scales, s, g0, g1, store, &w);
+    });
   }
   return poisoned;
 }
