@@ -12,7 +12,8 @@
 //
 // Non-finite inputs: a group (kernels/codec_fp8.h) holding a NaN or Inf decodes as NaN in every
 // element, never as zeros; encode reports how many values and groups were affected, decode how
-// many groups it turned into NaN. Codec none passes values through unchanged.
+// many groups it turned into NaN, and how many finite ones it decoded to Inf (values near
+// FLT_MAX, kernels/codec_fp8.h). Codec none passes values through unchanged.
 //
 // The host methods below are the CPU reference. A CUDA build adds the *_async methods, which
 // take device pointers and a stream and produce and accept the very same bytes; their header
@@ -38,7 +39,7 @@ struct EncodeResult {
 };
 
 struct DecodeResult {
-  int64_t nonfinite_groups = 0;  // groups decoded as NaN because the sender saw NaN/Inf
+  int64_t nonfinite_groups = 0;  // groups decoded to NaN (the sender saw NaN/Inf) or to Inf
 };
 
 class Codec {

@@ -105,6 +105,15 @@ TACO_SIMD_INLINE int load_group(const T* __restrict x, int64_t stride, int n, fl
   return bad;
 }
 
+// Whether some |v[i]| has bits >= from (0x7F800000: NaN or Inf; 0x7F7F8000: NaN or Inf once
+// rounded to bf16).
+TACO_SIMD_INLINE bool any_nonfinite(const float* __restrict v, int n, uint32_t from) {
+  int bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (int i = 0; i < n; ++i) bad |= int((bits(v[i]) & 0x7FFFFFFFu) >= from);
+  return bad != 0;
+}
+
 constexpr int kLanes = 16;  // independent partial results of a reduction (vector lanes)
 
 // max |v[i]| over finite v (a NaN, from Inf - Inf in the butterflies, is skipped as std::max
