@@ -51,11 +51,12 @@
 // non-finite input is never silently zeroed; encode and decode count such groups.
 // Finite inputs near FLT_MAX can decode to +-Inf (e8m0: the scale 2^120 times the code 256 is
 // 2^128; taco E5M2: codes rounded up by up to an eighth, spread back over the group; any codec:
-// values above bf16's largest, decoded to bf16). decode counts those groups too: per group
-//   bound = (n_t * fp8_max) * |mul| (taco, n_t = n for a full group, else 1),
-//           (fp8_max * |q|) / |a| (fp8_block, fp8_tensor; a = 1 unless dual), in fp32;
-// where bound >= 2^127, and in taco's stepwise path, the group counts when one of its outputs in
-// the output type (fp32; bf16; for decode-accumulate, the fp32 value it adds) is NaN or Inf.
+// values above bf16's largest, decoded to bf16). decode counts those groups too: per group, in
+// fp32, with the largest |output| its finite codes can give before the division by a
+//   m = (n_t * fp8_max) * |mul| (taco, n_t = n for a full group, else 1; a = 1),
+//       fp8_max * |q| (fp8_block, fp8_tensor; a = 1 unless dual),
+// where !(m < 2^127 * |a|), and in taco's stepwise path, the group counts when one of its outputs
+// in the output type (fp32; bf16; for decode-accumulate, the fp32 value it adds) is NaN or Inf.
 // Below 2^127 finite codes give finite outputs in both types, so the check costs nothing on
 // ordinary groups. Codes that are NaN or Inf, which no encoder writes (a damaged payload), are not
 // looked for.

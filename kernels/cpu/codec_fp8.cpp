@@ -207,7 +207,7 @@ TACO_SIMD_INLINE int decode_group(const uint8_t* codes, const uint8_t* scales,
       simd::butterflies(v, n);
     }
     // |butterflies| <= (full ? n : 1) * fp8_max, a power of two times fp8_max
-    check = may_overflow((float(full ? n : 1) * target) * std::fabs(mul));
+    check = may_overflow((float(full ? n : 1) * target) * std::fabs(mul), 1.f);
     if (tiny_factor(mul, q)) {  // scale in steps, so that only the result rounds tiny
       check = true;
       if (dual) {
@@ -222,7 +222,7 @@ TACO_SIMD_INLINE int decode_group(const uint8_t* codes, const uint8_t* scales,
       for (int i = 0; i < n; ++i) v[i] = v[i] * mul;
     }
   } else {
-    check = may_overflow((target * std::fabs(q)) / std::fabs(a));  // a = 1 unless dual
+    check = may_overflow(target * std::fabs(q), std::fabs(a));  // a = 1 unless dual
     if (dual) {
 #pragma omp simd
       for (int i = 0; i < n; ++i) v[i] = (v[i] * q) / a;
@@ -260,7 +260,7 @@ TACO_SIMD_INLINE int decode_whole(const uint8_t* codes, const DecodeScale& d, Fp
   constexpr int64_t kChunk = 2048;
   float v[kChunk];
   const float q = d.mul, a = d.a;
-  const bool check = !d.poisoned && may_overflow((fp8_max(f) * std::fabs(q)) / std::fabs(a));
+  const bool check = !d.poisoned && may_overflow(fp8_max(f) * std::fabs(q), std::fabs(a));
   int bad = 0;
   for (int64_t c0 = i0; c0 < i1; c0 += kChunk) {
     const int n = int(std::min(kChunk, i1 - c0));

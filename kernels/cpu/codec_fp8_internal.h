@@ -195,12 +195,12 @@ inline DecodeScale read_scale(const uint8_t* scales, int64_t g, int64_t num_grou
 }
 
 // Decoded values under 2^127 in magnitude are finite in fp32 and in bf16. A decoder computes, per
-// group, the largest magnitude its finite codes can give (`bound`, rounded as the values are);
-// where that reaches 2^127 (values near FLT_MAX, or damaged scales), and in taco's stepwise path,
-// it looks at the group's outputs and counts the group when one is NaN or Inf
-// (kernels/codec_fp8.h).
+// group, the largest magnitude m its finite codes can give before a division by |a| (rounded as
+// the values are); where m >= 2^127 |a| (values near FLT_MAX, or damaged scales), and in taco's
+// stepwise path, it looks at the group's outputs and counts the group when one of them is NaN or
+// Inf (kernels/codec_fp8.h).
 constexpr float kOverflowBound = 0x1p127f;
-inline bool may_overflow(float bound) { return !(bound < kOverflowBound); }
+inline bool may_overflow(float m, float abs_a) { return !(m < kOverflowBound * abs_a); }
 
 // A taco decode factor that lost precision: subnormal, or 0 from a non-zero scale.
 inline bool tiny_factor(float mul, float q) {

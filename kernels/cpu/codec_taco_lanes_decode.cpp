@@ -19,21 +19,24 @@ namespace {
 template <int kN, bool kTokens>
 TACO_LANES_INLINE bool any_special_code(const uint8_t* codes, const At<kN, kTokens>& at,
                                         bool e4m3) {
-  const uint8_t mask = e4m3 ? 0x7F : 0x7C;
-  const __m128i m = _mm_set1_epi8(char(mask));
-  __m128i hit = _mm_setzero_si128();
+  const char mask = e4m3 ? 0x7F : 0x7C;
   if constexpr (kTokens) {
+    const __m128i m = _mm_set1_epi8(mask);
+    __m128i hit = _mm_setzero_si128();
     for (int i = 0; i < kN; ++i) {
       const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + at(0, i)));
       hit = _mm_or_si128(hit, _mm_cmpeq_epi8(_mm_and_si128(c, m), m));
     }
+    return !_mm_testz_si128(hit, hit);
   } else {  // the eight groups' codes are 8 G consecutive bytes
-    for (int i = 0; i < 8 * kN; i += 16) {
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + at(0, i)));
-      hit = _mm_or_si128(hit, _mm_cmpeq_epi8(_mm_and_si128(c, m), m));
+    const VI m = _mm256_set1_epi8(mask);
+    VI hit = _mm256_setzero_si256();
+    for (int i = 0; i < 8 * kN; i += 32) {
+      const VI c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + at(0, i)));
+      hit = _mm256_or_si256(hit, _mm256_cmpeq_epi8(_mm256_and_si256(c, m), m));
     }
+    return !_mm256_testz_si256(hit, hit);
   }
-  return !_mm_testz_si128(hit, hit);
 }
 
 // Codes of elements i0 .. i0 + 7 of the eight groups, sign-extended: c[k] lane l is code

@@ -329,7 +329,7 @@ bool tiny_factor(float mul, float q) {
 // The decode count's rule (kernels/codec_fp8.h): where the largest magnitude a group's finite
 // codes can give, computed in fp32, reaches 2^127 (and in taco's stepwise path), the group counts
 // when one of its outputs, in the output type, is NaN or Inf.
-bool may_overflow(float bound) { return !(bound < 0x1p127f); }
+bool may_overflow(float m, float abs_a) { return !(m < 0x1p127f * abs_a); }
 
 struct StoreF32 {
   float* out;
@@ -360,7 +360,7 @@ int64_t decode_impl(const uint8_t* codes, const uint8_t* scales, const Fp8GroupS
     const DecodeScale d = read_scale(scales, 0, 1, s.scales);
     const int64_t n = s.count();
     const bool check =
-        !d.poisoned && may_overflow(fp8_max(s.format) * std::fabs(d.mul) / std::fabs(d.a));
+        !d.poisoned && may_overflow(fp8_max(s.format) * std::fabs(d.mul), std::fabs(d.a));
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
@@ -407,7 +407,7 @@ int64_t decode_impl(const uint8_t* codes, const uint8_t* scales, const Fp8GroupS
             bad = bad || store.nonfinite(v[i] * mul);
           }
         }
-        counted += (tiny || may_overflow(bound)) && bad;
+        counted += (tiny || may_overflow(bound, 1.f)) && bad;
         continue;
       }
       for (int i = 0; i < grp.n; ++i) v[i] = table[codes[grp.base + i * grp.stride]] * d.mul;
@@ -419,7 +419,7 @@ int64_t decode_impl(const uint8_t* codes, const uint8_t* scales, const Fp8GroupS
         store(grp.base + i * grp.stride, v[i]);
         bad = bad || store.nonfinite(v[i]);
       }
-      counted += may_overflow(fp8_max(s.format) * std::fabs(d.mul) / std::fabs(d.a)) && bad;
+      counted += may_overflow(fp8_max(s.format) * std::fabs(d.mul), std::fabs(d.a)) && bad;
     }
   }
   return counted;
