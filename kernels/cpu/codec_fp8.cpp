@@ -19,23 +19,7 @@ namespace {
 // (32..512: taco's sizes), else kN = 0 (any n).
 template <class F>
 TACO_SIMD_INLINE void with_group_size(int n, bool full, F&& f) {
-  if (full) {
-    switch (n) {
-      case 32:
-        return f.template operator()<32>();
-      case 64:
-        return f.template operator()<64>();
-      case 128:
-        return f.template operator()<128>();
-      case 256:
-        return f.template operator()<256>();
-      case 512:
-        return f.template operator()<512>();
-      default:
-        break;
-    }
-  }
-  f.template operator()<0>();
+  if (!full || !simd::with_taco_size(n, f)) f.template operator()<0>();
 }
 
 // One finite group in v[0, n) (overwritten) -> its n codes into c, and its scales. kN: n as a

@@ -183,6 +183,26 @@ TACO_SIMD_INLINE void butterflies(float* __restrict v) {
   }
 }
 
+// f.template operator()<kN>() with kN = n, and true, where n is one of taco's group sizes
+// (32 .. 512, compile-time sizes for the loops); false for any other n.
+template <class F>
+TACO_SIMD_INLINE bool with_taco_size(int64_t n, F&& f) {
+  switch (n) {
+    case 32:
+      return f.template operator()<32>(), true;
+    case 64:
+      return f.template operator()<64>(), true;
+    case 128:
+      return f.template operator()<128>(), true;
+    case 256:
+      return f.template operator()<256>(), true;
+    case 512:
+      return f.template operator()<512>(), true;
+    default:
+      return false;
+  }
+}
+
 // Runtime n: the compile-time sizes of taco (32..512), else the plain loops.
 TACO_SIMD_INLINE void butterflies(float* __restrict v, int n) {
   switch (n) {

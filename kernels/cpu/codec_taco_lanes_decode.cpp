@@ -220,20 +220,10 @@ bool decode_any(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec&
   if (base < 0) return false;
   const float h = hadamard_scale(int(s.group));
   auto run = [&](auto sink) {
-    switch (s.group) {
-      case 32:
-        return decode_sized<32>(codes, scales, s, base, g, h, sink);
-      case 64:
-        return decode_sized<64>(codes, scales, s, base, g, h, sink);
-      case 128:
-        return decode_sized<128>(codes, scales, s, base, g, h, sink);
-      case 256:
-        return decode_sized<256>(codes, scales, s, base, g, h, sink);
-      case 512:
-        return decode_sized<512>(codes, scales, s, base, g, h, sink);
-      default:
-        return false;
-    }
+    bool done = false;
+    simd::with_taco_size(
+        s.group, [&]<int kN>() { done = decode_sized<kN>(codes, scales, s, base, g, h, sink); });
+    return done;
   };
   return s.along_tokens ? run(Out<true, kMore...>{out}) : run(Out<false, kMore...>{out});
 }

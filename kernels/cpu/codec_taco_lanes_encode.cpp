@@ -187,20 +187,10 @@ bool encode_any(const T* x, const Fp8GroupSpec& s, int64_t g, uint8_t* codes, ui
   const int64_t base = batch_base(s, g);
   if (base < 0) return false;
   const float h = hadamard_scale(int(s.group));
-  switch (s.group) {
-    case 32:
-      return encode_sized<32>(x, base, s, g, codes, scales, h);
-    case 64:
-      return encode_sized<64>(x, base, s, g, codes, scales, h);
-    case 128:
-      return encode_sized<128>(x, base, s, g, codes, scales, h);
-    case 256:
-      return encode_sized<256>(x, base, s, g, codes, scales, h);
-    case 512:
-      return encode_sized<512>(x, base, s, g, codes, scales, h);
-    default:
-      return false;
-  }
+  bool done = false;
+  simd::with_taco_size(s.group,
+                       [&]<int kN>() { done = encode_sized<kN>(x, base, s, g, codes, scales, h); });
+  return done;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/codec_fp8.h"
+#include "kernels/cpu/codec_fp8_simd.h"
 #include "kernels/dtype.h"
 
 #pragma GCC push_options
