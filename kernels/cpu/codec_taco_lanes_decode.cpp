@@ -8,8 +8,12 @@
 // after every other header (see the file)
 #include "kernels/cpu/codec_taco_lanes_simd.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2")
+#endif
 
 namespace taco::cpu::lanes {
 namespace {
@@ -248,4 +252,8 @@ bool decode8(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& sp
 
 }  // namespace taco::cpu::lanes
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

@@ -8,8 +8,12 @@
 // after every other header (see the file)
 #include "kernels/cpu/codec_taco_lanes_simd.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2")
+#endif
 
 namespace taco::cpu::lanes {
 namespace {
@@ -204,4 +208,8 @@ bool encode8(const bf16* x, const Fp8GroupSpec& spec, int64_t g, uint8_t* codes,
 
 }  // namespace taco::cpu::lanes
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

@@ -15,8 +15,12 @@
 #include "kernels/cpu/codec_fp8_simd.h"
 #include "kernels/dtype.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2")
+#endif
 
 namespace taco::cpu::lanes {
 namespace {
@@ -238,4 +242,8 @@ TACO_LANES_INLINE void transpose8(V (&r)[8]) {
 }  // namespace
 }  // namespace taco::cpu::lanes
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
