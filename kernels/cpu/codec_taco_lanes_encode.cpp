@@ -134,9 +134,11 @@ TACO_LANES_INLINE bool encode_batch(const T* x, const At<kN, kTokens>& at, const
                                       order);  // element i + t: bytes 8t .. 8t + 7
       const __m128i lo = _mm256_castsi256_si128(b), hi = _mm256_extracti128_si256(b, 1);
       _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + at(0, i)), lo);
-      _mm_storeh_pd(reinterpret_cast<double*>(codes + at(0, i + 1)), _mm_castsi128_pd(lo));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + at(0, i + 1)),
+                       _mm_unpackhi_epi64(lo, lo));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + at(0, i + 2)), hi);
-      _mm_storeh_pd(reinterpret_cast<double*>(codes + at(0, i + 3)), _mm_castsi128_pd(hi));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + at(0, i + 3)),
+                       _mm_unpackhi_epi64(hi, hi));
     }
   } else {
     // Each lane's four codes into one 32-bit word, then eight words of a lane into a row.
