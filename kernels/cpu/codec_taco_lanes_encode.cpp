@@ -94,9 +94,24 @@ TACO_LANES_INLINE bool encode_batch(const T* x, const At<kN, kTokens>& at, const
   constexpr int kHalf = kN / 2;
   V buf[kN];
   V part[kN / 8];  // sums of squares of each block of eight elements
+  // Along hidden the eight groups are 8 kN consecutive values: read in order into L1 first, then
+  // transposed from there (one thread, [8192, 1024], G = 128: fp32 1.08 -> 0.50 ns per element,
+  // bf16 unchanged; staging the codes on the way out instead made bf16 slower, 0.43 -> 0.52).
+  alignas(32) T stage[kTokens ? 1 : 8 * kN];
+  const T* src = x;
+  At<kN, kTokens> from = at;
+  if constexpr (!kTokens) {
+    constexpr int kPer = 32 / sizeof(T);
+    for (int i = 0; i < 8 * kN; i += kPer) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(stage + i),
+                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + at(0, i))));
+    }
+    src = stage;
+    from.base = 0;
+  }
   for (int b = 0; b < kN / 8; ++b) {
     V v[8], q[8];
-    load_block(x, at, 8 * b, v);
+    load_block(src, from, 8 * b, v);
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) q[k] = _mm256_mul_ps(v[k], v[k]);
     part[b] = tree8(q);
