@@ -53,16 +53,21 @@ int64_t decode_chunk(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s,
   return counted;
 }
 
-// Work is handed out in chunks of about kChunkElements elements (whole groups, a multiple of
-// eight: taco's batches), each to the next free thread: on a shared machine a thread whose core
-// is busy takes fewer (an even split waits for it), and a chunk's input (64 KB of bf16) still
-// streams through the caches in long runs.
-constexpr int64_t kChunkElements = 1 << 15;
+// Work is handed out in chunks (whole groups, a multiple of eight: taco's batches), each to the
+// next free thread: on a shared machine a thread whose core is busy takes fewer (an even split
+// waits for it). A chunk is an eighth of the message, at least 8K and at most 128K elements:
+// long runs for the memory prefetchers (measured, [32768, 1024] bf16, 2 threads on a quiet
+// machine: chunks of 32K elements made taco's encode 0.244 ns per element against 0.221 with
+// 128K, fp8_block's 0.414 against 0.370), and still enough chunks to balance.
+int64_t chunk_elements(int64_t count) {
+  return std::clamp<int64_t>(count / 8, int64_t(1) << 13, int64_t(1) << 17);
+}
 
-// f(begin, end) for every chunk of [0, n) in units of `unit` elements, spread over the team.
+// f(begin, end) for every chunk of [0, n) in units of `unit` elements (n * unit elements in
+// all), spread over the team.
 template <class F>
 void for_chunks(int64_t n, int64_t unit, F&& f) {
-  const int64_t size = std::max<int64_t>(8, (kChunkElements / unit + 7) / 8 * 8);
+  const int64_t size = std::max<int64_t>(8, (chunk_elements(n * unit) / unit + 7) / 8 * 8);
   const int64_t chunks = (n + size - 1) / size;
 #pragma omp for schedule(dynamic, 1)
   for (int64_t c = 0; c < chunks; ++c) f(c * size, std::min(n, (c + 1) * size));
