@@ -12,7 +12,8 @@
 //
 // Non-finite inputs: a group (kernels/codec_fp8.h) holding a NaN or Inf decodes as NaN in every
 // element, never as zeros; encode reports how many values and groups were affected, decode how
-// many groups it turned into NaN. Codec none passes values through unchanged.
+// many groups it turned into NaN, and how many finite ones it decoded to Inf (values near
+// FLT_MAX, kernels/codec_fp8.h). Codec none passes values through unchanged.
 //
 // The host methods below are the CPU reference. A CUDA build adds the *_async methods, which
 // take device pointers and a stream and produce and accept the very same bytes; their header
@@ -38,7 +39,7 @@ struct EncodeResult {
 };
 
 struct DecodeResult {
-  int64_t nonfinite_groups = 0;  // groups decoded as NaN because the sender saw NaN/Inf
+  int64_t nonfinite_groups = 0;  // groups decoded to NaN (the sender saw NaN/Inf) or to Inf
 };
 
 class Codec {
@@ -77,7 +78,8 @@ class Codec {
                             Stream stream, int64_t* nonfinite_groups) const;
   // `status`: device word (zeroed by the caller) set to a non-zero WireStatus when the header is
   // rejected; a non-zero word is left as it is. `nonfinite_groups`: device int64 (may be null)
-  // the kernel adds the number of groups it decoded as NaN into. Wire buffers (`out` of
+  // the kernel adds the number of groups it decoded to NaN or Inf into (as decode counts them).
+  // Wire buffers (`out` of
   // encode_async, `in` here) must be 16-byte aligned, as cudaMalloc's are.
   virtual void decode_async(const uint8_t* in, size_t size, MessageShape shape, void* out,
                             DType out_dtype, bool accumulate, Stream stream, uint32_t* status,
@@ -90,7 +92,8 @@ class Codec {
   // decode_accumulate of each message into zeros, then encode. Grouped codecs do it in one
   // kernel; fp8_tensor (one scale for the whole sum) goes through `scratch`, shape.count()
   // device floats, which the grouped codecs leave alone. `status`, `nonfinite_groups`: as
-  // decode_async (groups decoded as NaN from the inputs). `slot` and `in` 16-byte aligned.
+  // decode_async (groups decoded to NaN or Inf from the inputs). `slot` and `in` 16-byte
+  // aligned.
   virtual void decode_sum_encode_async(const uint8_t* in, size_t slot, int count, size_t size,
                                        MessageShape shape, uint8_t* out, float* scratch,
                                        Stream stream, uint32_t* status,
@@ -109,7 +112,8 @@ class Codec {
   // the start of the message. Returns the non-finite counts (bytes is filled by the base).
   virtual EncodeResult encode_body(const void* x, DType dtype, const WireHeader& header,
                                    const WireLayout& layout, uint8_t* out) const = 0;
-  // Decodes a checked message into `out` (fp32 or bf16); returns the groups decoded as NaN.
+  // Decodes a checked message into `out` (fp32 or bf16); returns the groups decoded to NaN or
+  // Inf (kernels/codec_fp8.h).
   virtual int64_t decode_body(const uint8_t* in, const WireHeader& header, const WireLayout& layout,
                               void* out, DType out_dtype, bool accumulate) const = 0;
 

@@ -49,6 +49,17 @@
 // An all-zero group stores q = 0 (e8m0: k = 0) and decodes to zeros. A group holding a NaN or
 // Inf is poisoned: codes 0, scales NaN (e8m0: byte 0xFF), and it decodes to NaN everywhere, so a
 // non-finite input is never silently zeroed; encode and decode count such groups.
+// Finite inputs near FLT_MAX can decode to +-Inf (e8m0: the scale 2^120 times the code 256 is
+// 2^128; taco E5M2: codes rounded up by up to an eighth, spread back over the group; any codec:
+// values above bf16's largest, decoded to bf16). decode counts those groups too: per group, in
+// fp32, with the largest |output| its finite codes can give before the division by a
+//   m = (n_t * fp8_max) * |mul| (taco, n_t = n for a full group, else 1; a = 1),
+//       fp8_max * |q| (fp8_block, fp8_tensor; a = 1 unless dual),
+// where !(m < 2^127 * |a|), and in taco's stepwise path, the group counts when one of its outputs
+// in the output type (fp32; bf16; for decode-accumulate, the fp32 value it adds) is NaN or Inf.
+// Below 2^127 finite codes give finite outputs in both types, so the check costs nothing on
+// ordinary groups. Codes that are NaN or Inf, which no encoder writes (a damaged payload), are not
+// looked for.
 // tree_sum over n values: pad with zeros to P = next power of two >= n, then adjacent partial
 // sums first: for (h = 1; h < P; h *= 2) v[i] += v[i + h] for i a multiple of 2h;  result v[0].
 // (This order keeps most of a device lane's additions in its registers, compression/cuda.)
@@ -175,7 +186,8 @@ Fp8EncodeCounts fp8_group_encode(const bf16* x, const Fp8GroupSpec& spec, uint8_
 
 // codes + scales -> out [rows, cols]; `accumulate` adds the decoded fp32 value into out instead
 // (out[i] = out[i] + decoded[i], one fp32 add). bf16 output rounds the fp32 value once (RNE).
-// Returns the number of poisoned groups (decoded as NaN).
+// Returns the number of groups it decoded to NaN or Inf: the poisoned ones and the overflowing
+// ones found by the rule at the top of this file.
 int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec,
                          float* out, bool accumulate);
 int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec,

@@ -34,8 +34,8 @@ namespace taco {
 struct CompressedCall {
   size_t wire_bytes = 0;         // bytes this rank put on the wire (padded slots included)
   int64_t nonfinite_values = 0;  // NaN/Inf in this rank's input
-  // Groups decoded as NaN into this rank's output, counted per received message (send: the
-  // groups it encoded as NaN).
+  // Groups decoded to NaN or Inf into this rank's output, counted per received message (send:
+  // the groups it encoded as NaN).
   int64_t nonfinite_groups = 0;
   // With `measure`: ||D(E(x)) - x||^2 and ||x||^2 of this rank's own input x through its first
   // encoding (no extra communication); measured = false otherwise.

@@ -26,7 +26,7 @@ struct SiteCommStats {
   double seconds = 0;
   int64_t compressed_calls = 0;  // calls that went through a codec
   int64_t saved_bytes = 0;       // what the native collective would have sent, minus wire_bytes
-  int64_t nonfinite_groups = 0;  // groups sent or received as NaN (non-finite input)
+  int64_t nonfinite_groups = 0;  // groups sent or received as NaN or Inf
   int64_t error_samples = 0;
   double error_sq = 0, signal_sq = 0;
   double codec_seconds = 0;       // CompressedCall::codec_seconds summed

@@ -5,7 +5,7 @@
 #include <cuda_bf16.h>
 
 #include "compression/cuda/codec_fp8_device.h"
-#include "compression/cuda/group_codec.cuh"
+#include "compression/cuda/group_decode.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace taco::cuda {
@@ -200,7 +200,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<TOut, kTokens>())
         fetch(t0 + (kStages - 1) * step, stage == 0 ? kStages - 1 : stage - 1);
         stage = stage == kStages - 1 ? 0 : stage + 1;
         float v[C][R];
-        decode_loaded_tile<S, kTokens>(ct, t, li, p, v, poisoned_groups);
+        decode_loaded_tile<S, kTokens, false, false, FixedOptions::none, sizeof(TOut) == 2>(
+            ct, t, li, p, v, poisoned_groups);
         store_tile<S, kTokens>(sink, t, p, v);
         t = tn;
         scale = scale_next;
@@ -226,7 +227,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<TOut, kTokens>())
     load_coded_tile<S, kTokens, kWhole, kDeferred, kFixed>(codes_in, scales, tn, p, next);
 
     float v[C][R];
-    decode_loaded_tile<S, kTokens, kWhole, kDeferred, kFixed>(ct, t, li, p, v, poisoned_groups);
+    decode_loaded_tile<S, kTokens, kWhole, kDeferred, kFixed, sizeof(TOut) == 2>(ct, t, li, p, v,
+                                                                                 poisoned_groups);
     store_tile<S, kTokens, Sink<TOut, kAccumulate>, kWhole>(sink, t, p, v);
     ct = next;
     t = tn;
@@ -288,6 +290,18 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     sink.template run<kTensorRun>(i * kTensorRun, v);
   }
   for (int64_t i = runs * kTensorRun + start; i < n; i += stride) sink.one(i, value(codes[i]));
+  // kernels/codec_fp8.h's count of a message decoded to Inf from finite codes: only where the
+  // scale allows an output past 2^127 (never an ordinary message), and then block 0 looks at every
+  // value once more, so that the message counts once.
+  const float target = format == Fp8Format::e4m3 ? 448.f : 57344.f;
+  if (blockIdx.x == 0 && !d.poisoned && may_overflow(__fmul_rn(target, fabsf(d.mul)), 1.f)) {
+    constexpr uint32_t from = sizeof(TOut) == 2 ? 0x7F7F8000u : 0x7F800000u;  // bf16: rounds to Inf
+    int bad = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      bad |= int((__float_as_uint(value(codes[i])) & 0x7FFFFFFFu) >= from);
+    }
+    if (__syncthreads_or(bad) && threadIdx.x == 0) add_count(nonfinite_groups, 1);
+  }
 }
 
 struct DecodeArgs {

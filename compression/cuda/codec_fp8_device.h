@@ -61,7 +61,8 @@ void fp8_encode_device(const void* x, DType dtype, const Fp8DeviceMessage& messa
 
 // in: device, `size` bytes; out: device fp32 or bf16 (accumulate: fp32, out += decoded).
 // `status` (device uint32): a rejection writes its WireStatus there unless a non-zero status is
-// already there. `nonfinite_groups` (device int64, may be null): groups decoded as NaN are added.
+// already there. `nonfinite_groups` (device int64, may be null): groups decoded to NaN or Inf are
+// added (kernels/codec_fp8.h's count).
 void fp8_decode_device(const uint8_t* in, size_t size, const Fp8DeviceMessage& message, void* out,
                        DType out_dtype, bool accumulate, Stream stream, uint32_t* status,
                        int64_t* nonfinite_groups);
@@ -70,7 +71,8 @@ void fp8_decode_device(const uint8_t* in, size_t size, const Fp8DeviceMessage& m
 // each, all of `message`'s layout) decoded, summed in fp32 in index order and encoded as an
 // fp32 message (`message` built for DType::f32) into out. Grouped codecs: one kernel, every
 // header checked by every block; fp8_tensor: decode-accumulate into `scratch` (count() floats),
-// then encode. `status`, `nonfinite_groups` (groups decoded as NaN): as fp8_decode_device.
+// then encode. `status`, `nonfinite_groups` (groups decoded to NaN or Inf): as
+// fp8_decode_device.
 void fp8_decode_sum_encode_device(const uint8_t* in, size_t slot, int count, size_t size,
                                   const Fp8DeviceMessage& message, uint8_t* out, float* scratch,
                                   Stream stream, uint32_t* status, int64_t* nonfinite_groups);

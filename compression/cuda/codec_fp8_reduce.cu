@@ -1,10 +1,10 @@
 // The middle step of the two-shot all-reduce on the device: p received messages decoded, summed
 // in fp32 in rank order and re-encoded, in one kernel for the grouped codecs. Each tile is
-// decoded p times into registers (group_codec.cuh, decode_tile), summed there, and quantized
+// decoded p times into registers (group_decode.cuh, decode_tile), summed there, and quantized
 // (encode_tile): the p inputs are read once and the sum never touches memory. The bytes are the
 // host's: decode_accumulate of each message into zeros, then encode of the fp32 sum.
 #include "compression/cuda/codec_fp8_device.h"
-#include "compression/cuda/group_codec.cuh"
+#include "compression/cuda/group_decode.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace taco::cuda {

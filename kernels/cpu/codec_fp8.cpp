@@ -2,236 +2,24 @@
 // numbered steps and their fp32 order are specified in kernels/codec_fp8.h. Each thread takes
 // an even share of the groups; a group is read into a contiguous scratch row (along tokens
 // through a strided gather) and every element loop is vectorized (kernels/cpu/codec_fp8_simd.h);
-// the per-group scalars (a, q, f, the scales) are computed once per group as before.
-#include "kernels/codec_fp8.h"
-
-#include <omp.h>
-
+// the per-group scalars (a, q, f, the scales) are computed once per group as before. On AVX2,
+// taco's groups go eight at a time through kernels/cpu/codec_taco_lanes.h (one group per vector
+// lane), and only the batches it declines take the per-group loops here.
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <vector>
+#include <cstring>
 
-#include "kernels/check.h"
-#include "kernels/cpu/codec_fp8_simd.h"
-#include "kernels/hadamard.h"
+#include "kernels/cpu/codec_fp8_internal.h"
 
 namespace taco::cpu {
+namespace fp8_detail {
 namespace {
-
-constexpr float kLambda = 1e-6f;  // keeps a finite on an all-zero group
-constexpr float kMinAdaptive = 1e-3f;
-constexpr float kMaxAdaptive = 1e3f;
-constexpr float kPrescaleSumOfSquares = 0x1p64f;  // above: x * 2^floor(log2 a) first
-constexpr int64_t kMaxGroup = 1 << 16;
-constexpr int64_t kParallelMin = 1 << 16;  // smaller messages: threads cost more than they save
-constexpr uint8_t kPoisonedE8m0 = 0xFF;
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-inline void put_f32(uint8_t* p, float v) { std::memcpy(p, &v, 4); }
-inline float get_f32(const uint8_t* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-int64_t next_pow2(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
-void check_spec(const Fp8GroupSpec& s) {
-  TACO_CHECK(s.rows >= 0 && s.cols >= 0, "negative message shape");
-  TACO_CHECK(s.group >= 0 && s.group <= kMaxGroup, "group size out of range");
-  TACO_CHECK(!s.hadamard || (s.group > 0 && (s.group & (s.group - 1)) == 0),
-             "the Hadamard transform needs a power-of-two group");
-}
-
-// Where group g lives: n elements at base, base + stride, ...
-struct GroupRef {
-  int64_t base;
-  int64_t stride;
-  int n;
-};
-
-GroupRef group_at(const Fp8GroupSpec& s, int64_t g) {
-  if (!s.along_tokens) {
-    const int64_t per_row = (s.cols + s.group - 1) / s.group;
-    const int64_t r = g / per_row, j = g % per_row;
-    return {r * s.cols + j * s.group, 1, int(std::min(s.group, s.cols - j * s.group))};
-  }
-  const int64_t rb = g / s.cols, c = g % s.cols;
-  return {rb * s.group * s.cols + c, s.cols, int(std::min(s.group, s.rows - rb * s.group))};
-}
-
-// a = clamp(fp8_max / sqrt(ss / n + lambda), 1e-3, 1e3).
-float adaptive_scale(float ss, int n, float target) {
-  const float a = target / std::sqrt(ss / float(n) + kLambda);
-  return std::min(std::max(a, kMinAdaptive), kMaxAdaptive);
-}
-
-// Exponent e of the power of two 2^e <= a (a > 0, normal).
-int floor_log2(float a) {
-  int ex;
-  std::frexp(a, &ex);
-  return ex - 1;
-}
-
-// Smallest k with m <= target * 2^k (m > 0, finite).
-int e8m0_exponent(float m, float target) {
-  int em, et;
-  const float fm = std::frexp(m, &em), ft = std::frexp(target, &et);
-  return em - et + (fm > ft ? 1 : 0);
-}
-
-// Maps a group's values y to codes, given m = max|y| (fp8_block, fp8_tensor).
-struct Quantizer {
-  Fp8Format format;
-  bool pow2 = false;
-  float q = 0.f;                // dual/single: code = fp8(y / q)
-  float s_k = 1.f, s_ea = 1.f;  // e8m0: code = fp8((y * 2^-k) * 2^-ea)
-  int k = 0;                    // e8m0: the stored exponent
-
-  uint8_t operator()(float y) const {
-    if (pow2) return float_to_fp8((y * s_k) * s_ea, format);
-    return q > 0.f ? float_to_fp8(y / q, format) : uint8_t(0);
-  }
-};
-
-// `ea`: log2 of the power-of-two adaptive scale (e8m0 only).
-Quantizer make_quantizer(float m, int ea, const Fp8GroupSpec& s) {
-  Quantizer qz{s.format};
-  const float target = fp8_max(s.format);
-  if (s.scales != Fp8Scales::e8m0) {
-    qz.q = m / target;
-    return qz;
-  }
-  qz.pow2 = true;
-  const int kq = m > 0.f ? e8m0_exponent(m, target) : ea;
-  qz.k = std::clamp(kq - ea, -127, 127);
-  qz.s_k = std::ldexp(1.f, -qz.k);
-  qz.s_ea = std::ldexp(1.f, -ea);
-  return qz;
-}
-
-// taco's quantizer (kernels/codec_fp8.h): maps the butterflies' outputs u, whose scaled values
-// y = c * u the scales describe, to codes with one multiply by f; where f is not a normal float
-// (a group of tiny values), through y itself as fp8_block does.
-struct TacoQuantizer {
-  Quantizer y;  // q / k of y = c * u
-  float c = 1.f, f = 0.f;
-  bool multiply = false;
-
-  uint8_t operator()(float u) const { return multiply ? float_to_fp8(u * f, y.format) : y(u * c); }
-};
-
-TacoQuantizer make_taco_quantizer(float mu, float c, int ea, const Fp8GroupSpec& s) {
-  TacoQuantizer t{make_quantizer(c * mu, ea, s), c};
-  if (s.scales != Fp8Scales::e8m0) {
-    if (t.y.q > 0.f) t.f = c * (1.f / t.y.q);
-  } else {
-    t.f = (c * t.y.s_k) * t.y.s_ea;
-  }
-  t.multiply = std::isnormal(t.f);
-  return t;
-}
-
-void write_scales(uint8_t* scales, int64_t g, int64_t num_groups, const Fp8GroupSpec& s,
-                  const Quantizer& qz, float a) {
-  switch (s.scales) {
-    case Fp8Scales::dual:
-      put_f32(scales + 4 * g, qz.q);
-      put_f32(scales + 4 * (num_groups + g), a);
-      break;
-    case Fp8Scales::single:
-      put_f32(scales + 4 * g, qz.q / a);
-      break;
-    case Fp8Scales::e8m0:
-      scales[g] = uint8_t(qz.k + 127);
-      break;
-  }
-}
-
-void write_poisoned_scales(uint8_t* scales, int64_t g, int64_t num_groups, Fp8Scales mode) {
-  switch (mode) {
-    case Fp8Scales::dual:
-      put_f32(scales + 4 * g, kNaN);
-      put_f32(scales + 4 * (num_groups + g), kNaN);
-      break;
-    case Fp8Scales::single:
-      put_f32(scales + 4 * g, kNaN);
-      break;
-    case Fp8Scales::e8m0:
-      scales[g] = kPoisonedE8m0;
-      break;
-  }
-}
-
-// A group's decode scales; poisoned when the encoder saw a non-finite input.
-struct DecodeScale {
-  float mul = 1.f;  // fp8 value * mul
-  float a = 1.f;    // dual: then divide by a after the transform
-  bool poisoned = false;
-};
-
-DecodeScale read_scale(const uint8_t* scales, int64_t g, int64_t num_groups, Fp8Scales mode) {
-  DecodeScale d;
-  switch (mode) {
-    case Fp8Scales::dual:
-      d.mul = get_f32(scales + 4 * g);
-      d.a = get_f32(scales + 4 * (num_groups + g));
-      d.poisoned = std::isnan(d.mul) || std::isnan(d.a);
-      break;
-    case Fp8Scales::single:
-      d.mul = get_f32(scales + 4 * g);
-      d.poisoned = std::isnan(d.mul);
-      break;
-    case Fp8Scales::e8m0:
-      d.poisoned = scales[g] == kPoisonedE8m0;
-      d.mul = std::ldexp(1.f, int(scales[g]) - 127);
-      break;
-  }
-  return d;
-}
-
-// A taco decode factor that lost precision: subnormal, or 0 from a non-zero scale.
-bool tiny_factor(float mul, float q) {
-  return std::fpclassify(mul) == FP_SUBNORMAL || (mul == 0.f && q != 0.f);
-}
-
-// Per-thread scratch for groups of up to p elements.
-struct Scratch {
-  explicit Scratch(const Fp8GroupSpec& s)
-      : v(size_t(next_pow2(s.group))), a(v.size()), b(v.size()), codes(v.size()) {
-    h = s.hadamard ? hadamard_scale(int(s.group)) : 1.f;
-  }
-  std::vector<float> v, a, b;
-  std::vector<uint8_t> codes;
-  float h;  // hadamard_scale(G), once per message
-};
 
 // f.template operator()<kN>() with kN = n where n is a full group of a compile-time size
 // (32..512: taco's sizes), else kN = 0 (any n).
 template <class F>
 TACO_SIMD_INLINE void with_group_size(int n, bool full, F&& f) {
-  if (full) {
-    switch (n) {
-      case 32:
-        return f.template operator()<32>();
-      case 64:
-        return f.template operator()<64>();
-      case 128:
-        return f.template operator()<128>();
-      case 256:
-        return f.template operator()<256>();
-      case 512:
-        return f.template operator()<512>();
-      default:
-        break;
-    }
-  }
-  f.template operator()<0>();
+  if (!full || !simd::with_taco_size(n, f)) f.template operator()<0>();
 }
 
 // One finite group in v[0, n) (overwritten) -> its n codes into c, and its scales. kN: n as a
@@ -365,35 +153,6 @@ TACO_SIMD_INLINE void whole_codes(const T* __restrict x, int64_t i0, int64_t i1,
   }
 }
 
-// The decoders' outputs: a run of n values at base (contiguous), or one value.
-struct StoreF32 {
-  float* out;
-  TACO_SIMD_INLINE void run(int64_t base, const float* __restrict v, int n) const {
-    float* __restrict o = out + base;
-#pragma omp simd
-    for (int i = 0; i < n; ++i) o[i] = v[i];
-  }
-  TACO_SIMD_INLINE void one(int64_t i, float v) const { out[i] = v; }
-};
-struct AccumulateF32 {
-  float* out;
-  TACO_SIMD_INLINE void run(int64_t base, const float* __restrict v, int n) const {
-    float* __restrict o = out + base;
-#pragma omp simd
-    for (int i = 0; i < n; ++i) o[i] = o[i] + v[i];
-  }
-  TACO_SIMD_INLINE void one(int64_t i, float v) const { out[i] = out[i] + v; }
-};
-struct StoreBf16 {
-  bf16* out;
-  TACO_SIMD_INLINE void run(int64_t base, const float* __restrict v, int n) const {
-    uint16_t* __restrict o = reinterpret_cast<uint16_t*>(out + base);
-#pragma omp simd
-    for (int i = 0; i < n; ++i) o[i] = simd::to_bf16_bits(v[i]);
-  }
-  TACO_SIMD_INLINE void one(int64_t i, float v) const { out[i].bits = simd::to_bf16_bits(v); }
-};
-
 template <class Store>
 TACO_SIMD_INLINE void store_values(const Store& store, int64_t base, int64_t stride, const float* v,
                                    int n) {
@@ -404,7 +163,8 @@ TACO_SIMD_INLINE void store_values(const Store& store, int64_t base, int64_t str
   }
 }
 
-// One group -> out; returns 1 when it was poisoned (decoded as NaN). kN as for encode_group.
+// One group -> out; returns 1 when it was poisoned (decoded as NaN) or when its scales allow an
+// output past 2^127 and one of its outputs is NaN or Inf (may_overflow). kN as for encode_group.
 template <bool kE4m3, int kN, class Store>
 TACO_SIMD_INLINE int decode_group(const uint8_t* codes, const uint8_t* scales,
                                   const Fp8GroupSpec& s, int64_t g, int64_t num_groups,
@@ -419,7 +179,8 @@ TACO_SIMD_INLINE int decode_group(const uint8_t* codes, const uint8_t* scales,
   }
   simd::values_of<kE4m3>(codes + grp.base, grp.stride, n, v);
   const bool dual = s.scales == Fp8Scales::dual;
-  const float q = d.mul, a = d.a;
+  const float q = d.mul, a = d.a, target = fp8_max(s.format);
+  bool check;
   if (s.hadamard) {  // x = butterflies(fp8 values) * (mul * h [/ a])
     const bool full = n == s.group;
     const float h = full ? w.h : 1.f;
@@ -429,7 +190,10 @@ TACO_SIMD_INLINE int decode_group(const uint8_t* codes, const uint8_t* scales,
     } else if (full) {
       simd::butterflies(v, n);
     }
+    // |butterflies| <= (full ? n : 1) * fp8_max, a power of two times fp8_max
+    check = may_overflow((float(full ? n : 1) * target) * std::fabs(mul), 1.f);
     if (tiny_factor(mul, q)) {  // scale in steps, so that only the result rounds tiny
+      check = true;
       if (dual) {
 #pragma omp simd
         for (int i = 0; i < n; ++i) v[i] = ((v[i] * q) * h) / a;
@@ -441,41 +205,47 @@ TACO_SIMD_INLINE int decode_group(const uint8_t* codes, const uint8_t* scales,
 #pragma omp simd
       for (int i = 0; i < n; ++i) v[i] = v[i] * mul;
     }
-  } else if (dual) {
-#pragma omp simd
-    for (int i = 0; i < n; ++i) v[i] = (v[i] * q) / a;
   } else {
+    check = may_overflow(target * std::fabs(q), std::fabs(a));  // a = 1 unless dual
+    if (dual) {
 #pragma omp simd
-    for (int i = 0; i < n; ++i) v[i] = v[i] * q;
+      for (int i = 0; i < n; ++i) v[i] = (v[i] * q) / a;
+    } else {
+#pragma omp simd
+      for (int i = 0; i < n; ++i) v[i] = v[i] * q;
+    }
   }
   store_values(store, grp.base, grp.stride, v, n);
-  return 0;
+  return check && store.nonfinite(v, n) ? 1 : 0;
 }
 
-// Groups [g0, g1) -> out; returns how many were poisoned.
+// Groups [g0, g1) -> out; returns how many decode_group counted.
 template <bool kE4m3, class Store>
 TACO_SIMD_INLINE int64_t decode_groups(const uint8_t* codes, const uint8_t* scales,
                                        const Fp8GroupSpec& s, int64_t g0, int64_t g1,
                                        const Store& store, Scratch& w) {
   const int64_t num_groups = s.num_groups();
-  int64_t poisoned = 0;
+  int64_t counted = 0;
   for (int64_t g = g0; g < g1; ++g) {
     const GroupRef grp = group_at(s, g);
     with_group_size(
         grp.n, grp.n == s.group, [&]<int kN>() __attribute__((always_inline)) {
-          poisoned += decode_group<kE4m3, kN>(codes, scales, s, g, num_groups, grp, store, w);
+          counted += decode_group<kE4m3, kN>(codes, scales, s, g, num_groups, grp, store, w);
         });
   }
-  return poisoned;
+  return counted;
 }
 
-// group == 0: x[i0, i1) = (fp8 value * mul) / a, or NaN when the message is poisoned.
+// group == 0: x[i0, i1) = (fp8 value * mul) / a, or NaN when the message is poisoned; returns 1
+// when the scale allows an output past 2^127 and one of [i0, i1) is NaN or Inf (decode_group).
 template <bool kE4m3, class Store>
-TACO_SIMD_INLINE void decode_whole(const uint8_t* codes, const DecodeScale& d, int64_t i0,
-                                   int64_t i1, const Store& store) {
+TACO_SIMD_INLINE int decode_whole(const uint8_t* codes, const DecodeScale& d, Fp8Format f,
+                                  int64_t i0, int64_t i1, const Store& store) {
   constexpr int64_t kChunk = 2048;
   float v[kChunk];
   const float q = d.mul, a = d.a;
+  const bool check = !d.poisoned && may_overflow(fp8_max(f) * std::fabs(q), std::fabs(a));
+  int bad = 0;
   for (int64_t c0 = i0; c0 < i1; c0 += kChunk) {
     const int n = int(std::min(kChunk, i1 - c0));
     if (d.poisoned) {
@@ -486,7 +256,9 @@ TACO_SIMD_INLINE void decode_whole(const uint8_t* codes, const DecodeScale& d, i
       for (int i = 0; i < n; ++i) v[i] = (v[i] * q) / a;
     }
     store.run(c0, v, n);
+    if (check && !bad) bad = store.nonfinite(v, n);
   }
+  return bad;
 }
 
 // The format picked once per call, outside the loops.
@@ -517,12 +289,8 @@ TACO_SIMD_INLINE int64_t decode_groups_any(const uint8_t* codes, const uint8_t* 
 template <class Store>
 TACO_SIMD_INLINE int decode_whole_any(const uint8_t* codes, Fp8Format f, const DecodeScale* d,
                                       int64_t i0, int64_t i1, Store store) {
-  if (f == Fp8Format::e4m3) {
-    decode_whole<true>(codes, *d, i0, i1, store);
-  } else {
-    decode_whole<false>(codes, *d, i0, i1, store);
-  }
-  return 0;
+  return f == Fp8Format::e4m3 ? decode_whole<true>(codes, *d, f, i0, i1, store)
+                              : decode_whole<false>(codes, *d, f, i0, i1, store);
 }
 
 // Each loop three times: for baseline x86-64 (SSE2), AVX2 (8 floats per instruction) and
@@ -566,9 +334,12 @@ TACO_DECODE_ISAS(StoreF32)
 TACO_DECODE_ISAS(AccumulateF32)
 TACO_DECODE_ISAS(StoreBf16)
 
+}  // namespace
+
 // 0: baseline x86-64, 1: AVX2, 2: AVX-512 (F, BW, VL, DQ); the best the CPU has, at most
 // g_isa_limit (fp8_codecs_limit_isa).
-int g_isa_limit = 2;
+namespace {
+int g_isa_limit = 2;  // fp8_codecs_limit_isa
 int detected_isa() {
   static const int isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                  __builtin_cpu_supports("avx512vl") &&
@@ -578,11 +349,13 @@ int detected_isa() {
                                                           : 0;
   return isa;
 }
+}  // namespace
+
 int isa() { return std::min(detected_isa(), g_isa_limit); }
 
-// taco's loops stay at AVX2: its butterfly stages of 4 and 8 and its per-group loops run
-// slower in 512-bit vectors (measured: encode 1.57 against 1.38 ns per element, decode 0.92
-// against 0.65, one thread, G = 128), fp8_block's and fp8_tensor's faster (0.49 against 0.83).
+// taco's loops stay at AVX2: its per-group loops ran slower in 512-bit vectors (encode 1.57
+// against 1.38 ns per element, decode 0.92 against 0.65, one thread, G = 128; before its eight-
+// groups-at-a-time path, which is AVX2 too), fp8_block's and fp8_tensor's faster (0.49 / 0.83).
 int isa_for(bool hadamard) { return hadamard ? std::min(isa(), 1) : isa(); }
 
 #define TACO_CALL_ISA(level, name, ...)        \
@@ -613,120 +386,24 @@ void whole_range(const bf16* x, Fp8Format f, int64_t i0, int64_t i1, const Quant
                  uint8_t* c) {
   TACO_CALL_ISA(isa(), whole_bf16, x, f, i0, i1, &q, c);
 }
-#define TACO_DECODE_RANGE(Store)                                                                \
-  int64_t decode_range(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g0,  \
-                       int64_t g1, Store st, Scratch* w) {                                      \
-    return TACO_CALL_ISA(isa_for(s.hadamard), decode_##Store, c, sc, s, g0, g1, st, w);         \
-  }                                                                                             \
-  void whole_range(const uint8_t* c, Fp8Format f, const DecodeScale& d, int64_t i0, int64_t i1, \
-                   Store st) {                                                                  \
-    TACO_CALL_ISA(isa(), whole_##Store, c, f, &d, i0, i1, st);                                  \
+#define TACO_DECODE_RANGE(Store)                                                               \
+  int64_t decode_range(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g0, \
+                       int64_t g1, Store st, Scratch* w) {                                     \
+    return TACO_CALL_ISA(isa_for(s.hadamard), decode_##Store, c, sc, s, g0, g1, st, w);        \
+  }                                                                                            \
+  int whole_range(const uint8_t* c, Fp8Format f, const DecodeScale& d, int64_t i0, int64_t i1, \
+                  Store st) {                                                                  \
+    return TACO_CALL_ISA(isa(), whole_##Store, c, f, &d, i0, i1, st);                          \
   }
 TACO_DECODE_RANGE(StoreF32)
 TACO_DECODE_RANGE(AccumulateF32)
 TACO_DECODE_RANGE(StoreBf16)
 
-// [0, n) split evenly over the team, as schedule(static) would.
-struct Share {
-  int64_t begin, end;
-};
-Share my_share(int64_t n) {
-  const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-  return {n * t / nt, n * (t + 1) / nt};
-}
-
-template <class T>
-Fp8EncodeCounts encode_impl(const T* x, const Fp8GroupSpec& s, uint8_t* codes, uint8_t* scales) {
-  check_spec(s);
-  const int64_t n = s.count();
-  if (n == 0) return {};
-  const bool threads = n >= kParallelMin;
-  if (s.group == 0) {  // one scale for the whole message, no transform
-    float m = 0.f;
-    int64_t bad = 0;
-#pragma omp parallel reduction(max : m) reduction(+ : bad) if (threads)
-    {
-      const Share r = my_share(n);
-      m = absmax_range(x, r.begin, r.end, &bad);
-    }
-    if (bad) {
-      std::memset(codes, 0, size_t(n));
-      write_poisoned_scales(scales, 0, 1, s.scales);
-      return {bad, 1};
-    }
-    const Quantizer qz = make_quantizer(m, 0, s);
-#pragma omp parallel if (threads)
-    {
-      const Share r = my_share(n);
-      whole_range(x, s.format, r.begin, r.end, qz, codes);
-    }
-    write_scales(scales, 0, 1, s, qz, 1.f);
-    return {};
-  }
-  int64_t bad_values = 0, bad_groups = 0;
-#pragma omp parallel reduction(+ : bad_values, bad_groups) if (threads)
-  {
-    Scratch w(s);
-    const Share r = my_share(s.num_groups());
-    const Fp8EncodeCounts c = encode_range(x, s, r.begin, r.end, codes, scales, &w);
-    bad_values += c.nonfinite_values;
-    bad_groups += c.nonfinite_groups;
-  }
-  return {bad_values, bad_groups};
-}
-
-template <class Store>
-int64_t decode_impl(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& s,
-                    Store store) {
-  check_spec(s);
-  const int64_t n = s.count();
-  if (n == 0) return 0;
-  const bool threads = n >= kParallelMin;
-  if (s.group == 0) {
-    const DecodeScale d = read_scale(scales, 0, 1, s.scales);
-#pragma omp parallel if (threads)
-    {
-      const Share r = my_share(n);
-      whole_range(codes, s.format, d, r.begin, r.end, store);
-    }
-    return d.poisoned ? 1 : 0;
-  }
-  int64_t poisoned = 0;
-#pragma omp parallel reduction(+ : poisoned) if (threads)
-  {
-    Scratch w(s);
-    const Share r = my_share(s.num_groups());
-    poisoned += decode_range(codes, scales, s, r.begin, r.end, store, &w);
-  }
-  return poisoned;
-}
-
-}  // namespace
+}  // namespace fp8_detail
 
 int fp8_codecs_limit_isa(int level) {
-  g_isa_limit = level;
-  return isa();
-}
-
-Fp8EncodeCounts fp8_group_encode(const float* x, const Fp8GroupSpec& spec, uint8_t* codes,
-                                 uint8_t* scales) {
-  return encode_impl(x, spec, codes, scales);
-}
-
-Fp8EncodeCounts fp8_group_encode(const bf16* x, const Fp8GroupSpec& spec, uint8_t* codes,
-                                 uint8_t* scales) {
-  return encode_impl(x, spec, codes, scales);
-}
-
-int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec,
-                         float* out, bool accumulate) {
-  if (accumulate) return decode_impl(codes, scales, spec, AccumulateF32{out});
-  return decode_impl(codes, scales, spec, StoreF32{out});
-}
-
-int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec,
-                         bf16* out) {
-  return decode_impl(codes, scales, spec, StoreBf16{out});
+  fp8_detail::g_isa_limit = level;
+  return fp8_detail::isa();
 }
 
 }  // namespace taco::cpu

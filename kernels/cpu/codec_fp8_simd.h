@@ -105,6 +105,15 @@ TACO_SIMD_INLINE int load_group(const T* __restrict x, int64_t stride, int n, fl
   return bad;
 }
 
+// Whether some |v[i]| has bits >= from (0x7F800000: NaN or Inf; 0x7F7F8000: NaN or Inf once
+// rounded to bf16).
+TACO_SIMD_INLINE bool any_nonfinite(const float* __restrict v, int n, uint32_t from) {
+  int bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (int i = 0; i < n; ++i) bad |= int((bits(v[i]) & 0x7FFFFFFFu) >= from);
+  return bad != 0;
+}
+
 constexpr int kLanes = 16;  // independent partial results of a reduction (vector lanes)
 
 // max |v[i]| over finite v (a NaN, from Inf - Inf in the butterflies, is skipped as std::max
@@ -171,6 +180,26 @@ TACO_SIMD_INLINE void butterflies(float* __restrict v) {
         hi[i] = a - c;
       }
     }
+  }
+}
+
+// f.template operator()<kN>() with kN = n, and true, where n is one of taco's group sizes
+// (32 .. 512, compile-time sizes for the loops); false for any other n.
+template <class F>
+TACO_SIMD_INLINE bool with_taco_size(int64_t n, F&& f) {
+  switch (n) {
+    case 32:
+      return f.template operator()<32>(), true;
+    case 64:
+      return f.template operator()<64>(), true;
+    case 128:
+      return f.template operator()<128>(), true;
+    case 256:
+      return f.template operator()<256>(), true;
+    case 512:
+      return f.template operator()<512>(), true;
+    default:
+      return false;
   }
 }
 

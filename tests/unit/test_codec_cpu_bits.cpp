@@ -252,6 +252,41 @@ TEST_F(CodecCpuBits, FastCodecsMatchTheOriginalScalarCodecsBitForBit) {
   cpu::fp8_codecs_limit_isa(2);
 }
 
+// Ordinary activations (Gaussian, a magnitude per row from 2^-20 to 2^20, some channels x50),
+// with a few all-zero rows and scattered NaN, so that most batches of eight groups take taco's
+// eight-at-a-time path (kernels/cpu/codec_taco_lanes.h) and their neighbours the per-group one.
+std::vector<float> ordinary_message(int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  std::vector<float> x(size_t(rows * cols));
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_int_distribution<int> exp_of(-20, 20);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float mag = rng() % 11 == 0 ? 0.f : std::ldexp(1.f, exp_of(rng));
+    for (int64_t c = 0; c < cols; ++c) {
+      float v = normal(rng) * mag * (c % 37 == 5 ? 50.f : 1.f);
+      if (rng() % 5000 == 0) v = NAN;
+      x[size_t(r * cols + c)] = v;
+    }
+  }
+  return x;
+}
+
+TEST_F(CodecCpuBits, TacoEightGroupsAtATimeMatchesTheOriginalBitForBit) {
+  std::mt19937_64 rng(seed_);
+  for (int64_t G : {32, 64, 128, 256, 512}) {
+    // Along hidden: groups that run on from row to row (cols % G == 0), and rows with a short
+    // tail group; along tokens: rows with a tail block, columns not a multiple of eight.
+    const int64_t shapes[][2] = {{4, 19 * G}, {3, 17 * G + 37}, {2 * G + 7, 21}};
+    for (const auto& shape : shapes) {
+      const std::vector<float> x = ordinary_message(shape[0], shape[1], rng);
+      for (const Case& c : cases_for(shape[0], shape[1])) {
+        if (!c.spec.hadamard || c.spec.group != G) continue;
+        check_case(c, x, rng, nullptr);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 // Expected value: this test run on the original code (commit 2ad94ea, before the speed work).
 TEST(CodecCpuBitsGolden, SeededMessagesGiveTheOriginalCodesScalesAndValues) {
   Checksum sum;

@@ -460,3 +460,77 @@ TEST_F(CodecRoundTrip, GroupingAlongTokensSparesSmallChannelsNextToOutlierChanne
   EXPECT_NEAR(e_token, 2.57e-2, 0.1 * 2.57e-2);
   EXPECT_GT(e_hidden, 3.5 * e_token);
 }
+
+// Finite inputs near FLT_MAX can decode to +-Inf (issue 22, item 10): fp8_block with e8m0 scales
+// on 3.3e38 (the scale 2^120 times the code 256 is 2^128), taco E5M2 on +-0.9 FLT_MAX (codes
+// rounded up by up to an eighth, spread back over the group by the transform), and any codec's
+// values above bf16's largest when decoded to bf16. Every group whose decoded values hold a NaN
+// or Inf must be counted by the decoder, in the output type (fp32, bf16; for decode-accumulate the
+// fp32 values it adds), and the ordinary rows around them count nothing. Exact counts: a decoder
+// that misses the overflow reports 0 where the outputs hold Inf.
+TEST_F(CodecRoundTrip, DecodersCountEveryGroupThatDecodesToInfFromFiniteInputs) {
+  const MessageShape s{12, 256};
+  std::vector<float> x = test::random_normal(size_t(s.count()), seed_, 0.f, 1e-3f);
+  std::mt19937_64 rng(seed_ + 1);
+  std::uniform_real_distribution<float> jitter(0.98f, 1.f);
+  // rows 2-5 near 3.3e38, 6-9 near 0.9 FLT_MAX, 10 near FLT_MAX (above bf16's largest)
+  const float fmax = std::numeric_limits<float>::max();
+  for (int64_t r = 2; r < 11; ++r) {
+    const float mag = r < 6 ? 3.3e38f : r < 10 ? 0.9f * fmax : fmax;
+    for (int64_t c = 0; c < s.cols; ++c) {
+      x[size_t(r * s.cols + c)] = (rng() % 2 ? mag : -mag) * jitter(rng);
+    }
+  }
+  const CodecOptions cases[] = {
+      opts(CodecKind::fp8_block, Fp8Format::e4m3, 128, Fp8Scales::e8m0),
+      opts(CodecKind::taco, Fp8Format::e5m2, 128, Fp8Scales::dual),
+      opts(CodecKind::fp8_block, Fp8Format::e5m2, 64, Fp8Scales::e8m0, GroupAxis::token),
+      opts(CodecKind::fp8_block, Fp8Format::e4m3, 32, Fp8Scales::single),
+      opts(CodecKind::taco, Fp8Format::e5m2, 64, Fp8Scales::single, GroupAxis::token),
+      opts(CodecKind::taco, Fp8Format::e5m2, 256, Fp8Scales::e8m0),
+      opts(CodecKind::taco, Fp8Format::e4m3, 128, Fp8Scales::dual),
+      opts(CodecKind::fp8_tensor, Fp8Format::e4m3),
+      opts(CodecKind::fp8_tensor, Fp8Format::e5m2)};
+  const WireContext ctx{"test", 0};
+  for (const CodecOptions& o : cases) {
+    SCOPED_TRACE(describe(o));
+    const auto codec = make_codec(o);
+    EncodeResult er;
+    const std::vector<uint8_t> buf = encode(*codec, x, s, &er);
+    EXPECT_EQ(er.nonfinite_groups, 0) << "every input is finite";
+    // The groups holding a non-finite value of `out` (element i as float).
+    auto bad_groups = [&](auto value_of) {
+      int64_t bad = 0;
+      for (const auto& idx : groups_of(o, s)) {
+        bool any = false;
+        for (int64_t i : idx) any = any || !std::isfinite(value_of(size_t(i)));
+        bad += any;
+      }
+      return bad;
+    };
+    std::vector<float> out(x.size());
+    const int64_t counted =
+        codec->decode(buf.data(), buf.size(), s, out.data(), ctx).nonfinite_groups;
+    const int64_t want = bad_groups([&](size_t i) { return out[i]; });
+    EXPECT_EQ(counted, want) << "fp32 decode";
+    std::vector<bf16> out16(x.size());
+    const int64_t counted16 =
+        codec->decode(buf.data(), buf.size(), s, out16.data(), ctx).nonfinite_groups;
+    EXPECT_EQ(counted16, bad_groups([&](size_t i) { return bf16_to_float(out16[i]); }))
+        << "bf16 decode";
+    std::vector<float> acc(x.size(), 0.f);
+    const int64_t counted_acc =
+        codec->decode_accumulate(buf.data(), buf.size(), s, acc.data(), ctx).nonfinite_groups;
+    EXPECT_EQ(counted_acc, want) << "decode-accumulate";
+    // The two cases of the issue do overflow (else this test could not fail): fp8_block e8m0 on
+    // every 3.3e38 group, taco E5M2 on at least one of the 0.9 FLT_MAX rows.
+    if (o.kind != CodecKind::fp8_tensor && o.format == Fp8Format::e5m2 &&
+        o.kind == CodecKind::taco && o.scales == Fp8Scales::dual) {
+      EXPECT_GT(want, 0);
+    }
+    if (o.kind == CodecKind::fp8_block && o.scales == Fp8Scales::e8m0 &&
+        o.axis == GroupAxis::hidden) {
+      EXPECT_GE(want, 4 * s.cols / o.group);
+    }
+  }
+}

@@ -2,7 +2,9 @@
 // kernels/cpu/codec_fp8.cpp, scalar per group), kept as the bit-for-bit reference that
 // test_codec_cpu_bits compares the fast codecs against on fresh random inputs. Only the namespace
 // changed, and the FP8 conversion and the butterflies are local copies of the original ones so
-// that a change there cannot hide from the comparison. Do not optimise this file.
+// that a change there cannot hide from the comparison. Do not optimise this file. One change
+// since, to what decode returns only (its values are untouched): it also counts the groups whose
+// outputs overflow to Inf from finite codes (issue 22, item 10), by kernels/codec_fp8.h's rule.
 #include "tests/unit/reference/codec_fp8_reference.h"
 
 #include <algorithm>
@@ -324,17 +326,25 @@ bool tiny_factor(float mul, float q) {
   return std::fpclassify(mul) == FP_SUBNORMAL || (mul == 0.f && q != 0.f);
 }
 
+// The decode count's rule (kernels/codec_fp8.h): where the largest magnitude a group's finite
+// codes can give, computed in fp32, reaches 2^127 (and in taco's stepwise path), the group counts
+// when one of its outputs, in the output type, is NaN or Inf.
+bool may_overflow(float m, float abs_a) { return !(m < 0x1p127f * abs_a); }
+
 struct StoreF32 {
   float* out;
   void operator()(int64_t i, float v) const { out[i] = v; }
+  bool nonfinite(float v) const { return !std::isfinite(v); }
 };
 struct AccumulateF32 {
   float* out;
   void operator()(int64_t i, float v) const { out[i] = out[i] + v; }
+  bool nonfinite(float v) const { return !std::isfinite(v); }  // the decoded value it adds
 };
 struct StoreBf16 {
   bf16* out;
   void operator()(int64_t i, float v) const { out[i] = float_to_bf16(v); }
+  bool nonfinite(float v) const { return !std::isfinite(bf16_to_float(float_to_bf16(v))); }
 };
 
 template <class Store>
@@ -349,14 +359,21 @@ int64_t decode_impl(const uint8_t* codes, const uint8_t* scales, const Fp8GroupS
   if (s.group == 0) {
     const DecodeScale d = read_scale(scales, 0, 1, s.scales);
     const int64_t n = s.count();
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) store(i, d.poisoned ? kNaN : table[codes[i]] * d.mul / d.a);
-    return d.poisoned ? 1 : 0;
+    const bool check =
+        !d.poisoned && may_overflow(fp8_max(s.format) * std::fabs(d.mul), std::fabs(d.a));
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = d.poisoned ? kNaN : table[codes[i]] * d.mul / d.a;
+      store(i, v);
+      bad |= int(check && store.nonfinite(v));
+    }
+    return d.poisoned || bad ? 1 : 0;
   }
 
   const int64_t p = next_pow2(s.group);
-  int64_t poisoned = 0;
-#pragma omp parallel reduction(+ : poisoned) if (s.count() >= kParallelMin)
+  int64_t counted = 0;  // poisoned groups and overflowing ones
+#pragma omp parallel reduction(+ : counted) if (s.count() >= kParallelMin)
   {
     std::vector<float> v(static_cast<size_t>(p));
 #pragma omp for schedule(static)
@@ -365,7 +382,7 @@ int64_t decode_impl(const uint8_t* codes, const uint8_t* scales, const Fp8GroupS
       const DecodeScale d = read_scale(scales, g, num_groups, s.scales);
       if (d.poisoned) {
         for (int i = 0; i < grp.n; ++i) store(grp.base + i * grp.stride, kNaN);
-        ++poisoned;
+        ++counted;
         continue;
       }
       if (s.hadamard) {  // x = butterflies(fp8 values) * (mul * h [/ a])
@@ -375,24 +392,37 @@ int64_t decode_impl(const uint8_t* codes, const uint8_t* scales, const Fp8GroupS
         const float mul = dual ? d.mul * (h / d.a) : d.mul * h;
         for (int i = 0; i < grp.n; ++i) v[i] = table[codes[grp.base + i * grp.stride]];
         if (full) hadamard_butterflies(v.data(), grp.n);
-        if (tiny_factor(mul, d.mul)) {  // scale in steps, so that only the result rounds tiny
+        const float bound = float(full ? grp.n : 1) * fp8_max(s.format) * std::fabs(mul);
+        const bool tiny = tiny_factor(mul, d.mul);
+        bool bad = false;
+        if (tiny) {  // scale in steps, so that only the result rounds tiny
           for (int i = 0; i < grp.n; ++i) {
             const float y = (v[i] * d.mul) * h;
             store(grp.base + i * grp.stride, dual ? y / d.a : y);
+            bad = bad || store.nonfinite(dual ? y / d.a : y);
           }
         } else {
-          for (int i = 0; i < grp.n; ++i) store(grp.base + i * grp.stride, v[i] * mul);
+          for (int i = 0; i < grp.n; ++i) {
+            store(grp.base + i * grp.stride, v[i] * mul);
+            bad = bad || store.nonfinite(v[i] * mul);
+          }
         }
+        counted += (tiny || may_overflow(bound, 1.f)) && bad;
         continue;
       }
       for (int i = 0; i < grp.n; ++i) v[i] = table[codes[grp.base + i * grp.stride]] * d.mul;
       if (s.scales == Fp8Scales::dual) {
         for (int i = 0; i < grp.n; ++i) v[i] = v[i] / d.a;
       }
-      for (int i = 0; i < grp.n; ++i) store(grp.base + i * grp.stride, v[i]);
+      bool bad = false;
+      for (int i = 0; i < grp.n; ++i) {
+        store(grp.base + i * grp.stride, v[i]);
+        bad = bad || store.nonfinite(v[i]);
+      }
+      counted += may_overflow(fp8_max(s.format) * std::fabs(d.mul), std::fabs(d.a)) && bad;
     }
   }
-  return poisoned;
+  return counted;
 }
 
 }  // namespace
