@@ -25,6 +25,7 @@
 #include "engine/train/checkpoint_model.h"
 #include "kernels/check.h"
 #include "tools/export/hf_gpt2.h"
+#include "tools/tool_main.h"
 
 namespace {
 
@@ -216,18 +217,12 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return taco::run_tool("taco-export", [&] {
     const Options o = parse_args(argc, argv);
     if (o.help) {
       std::fputs(kUsage, stdout);
       return 0;
     }
     return run(o);
-  } catch (const taco::Error& e) {
-    std::fprintf(stderr, "taco-export: error: %s\n", e.what());
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "taco-export: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -30,6 +30,7 @@
 #include "engine/train/checkpoint_model.h"
 #include "kernels/check.h"
 #include "model/gpt.h"
+#include "tools/tool_main.h"
 
 namespace {
 
@@ -272,18 +273,12 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return taco::run_tool("taco-generate", [&] {
     const Options o = parse_args(argc, argv);
     if (o.help) {
       std::fputs(kUsage, stdout);
       return 0;
     }
     return run(o);
-  } catch (const taco::Error& e) {
-    std::fprintf(stderr, "taco-generate: error: %s\n", e.what());
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "taco-generate: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -18,6 +18,7 @@
 #include "kernels/check.h"
 #include "tools/prep/corpus.h"
 #include "tools/prep/split_writer.h"
+#include "tools/tool_main.h"
 
 namespace {
 
@@ -232,13 +233,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const taco::Error& e) {
-    std::fprintf(stderr, "taco-prep: %s\n", e.what());
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "taco-prep: %s\n", e.what());
-    return 1;
-  }
+  return taco::run_tool("taco-prep", [&] { return run(argc, argv); });
 }

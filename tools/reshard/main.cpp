@@ -19,6 +19,7 @@
 #include "engine/train/checkpoint_model.h"
 #include "kernels/check.h"
 #include "parallel/process_grid.h"
+#include "tools/tool_main.h"
 
 namespace {
 
@@ -116,13 +117,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const taco::Error& e) {
-    std::fprintf(stderr, "taco-reshard: error: %s\n", e.what());
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "taco-reshard: error: %s\n", e.what());
-    return 1;
-  }
+  return taco::run_tool("taco-reshard", [&] { return run(argc, argv); });
 }
