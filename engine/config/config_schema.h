@@ -206,7 +206,9 @@ inline const std::vector<KeyDoc> kCompressionDocs = {
      "tensors before choosing; needs >= 1 when any spec says group: auto."},
     {"compression.chunks", "integer or auto",
      "Device buffers only: pieces of one compressed collective, so that encoding piece j + 1 "
-     "overlaps sending piece j. auto: up to 8 pieces of at least 4 MiB (one below 8 MiB)."},
+     "overlaps sending piece j. auto: over NCCL up to 8 pieces of at least 4 MiB (one below "
+     "8 MiB); over host-staged MPI one piece, whose transfer the staging pipelines "
+     "(parallel.stage_piece_bytes)."},
     {"compression.rules", "list of rules",
      "Optional exceptions to default; the first rule whose layers and sites match a message "
      "decides its codec. A rule's codec keys it leaves out take the codec-spec defaults (codec "
