@@ -134,7 +134,7 @@ for part in "${parts[@]}"; do
     done
     ;;
   slowtests)
-    (cd $B && ctest -R "gpu_kernels_elementwise|gpu_staged_sum|CudaCodecs|mpi_device_collectives|mpi_staged|mpi_gpu_training" \
+    (cd $B && ctest -R "CudaRoundTripError|GpuStagedSum|CudaCodecs|mpi_device_collectives|mpi_staged|mpi_gpu_training" \
       --output-on-failure --timeout 200 > "$OUT/slow_tests.log" 2>&1)
     grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/slow_tests.log" | head -20
     ;;
