@@ -110,6 +110,11 @@ void Codec::decode_sum_encode_async(const uint8_t*, size_t, int, size_t, Message
                   "stage the message through host memory");
 }
 
+bool Codec::decode_error_sums_async(const uint8_t*, size_t, MessageShape, const void*, DType,
+                                    DType, double*, Stream, uint32_t*) const {
+  return false;
+}
+
 void Codec::throw_device_wire_error(uint32_t status, const uint8_t* header, size_t size,
                                     MessageShape shape, const WireContext& context) const {
   // check() reads only the header bytes (and stops at the length checks), so the host copy of

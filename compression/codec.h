@@ -99,6 +99,17 @@ class Codec {
                                        Stream stream, uint32_t* status,
                                        int64_t* nonfinite_groups = nullptr) const;
 
+  // The self-check of a measured call in one pass: `in` (this rank's own encoding of x, `size`
+  // bytes, all of `shape`) decoded as decode_async would write it in `decoded_dtype`, and the
+  // round-trip error sums of kernels/roundtrip_error.h (error^2, signal^2, non-finite inputs)
+  // of x (`x_dtype`) against those values added into `sums` (device double[3]), the decoded
+  // values never written to memory. `status`: as decode_async. Returns false, queueing
+  // nothing, where the codec has no such kernel (the base; fp8_tensor): then the caller decodes
+  // into a buffer and sums apart.
+  virtual bool decode_error_sums_async(const uint8_t* in, size_t size, MessageShape shape,
+                                       const void* x, DType x_dtype, DType decoded_dtype,
+                                       double* sums, Stream stream, uint32_t* status) const;
+
   // After a decode_async whose status word came back non-zero: throws the UserError the host
   // decoder would have thrown for this buffer. `header` is a host copy of its first
   // min(size, 48) bytes; `size` the buffer's full length.

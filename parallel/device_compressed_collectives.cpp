@@ -193,10 +193,12 @@ Plans plan_pieces(const Codec& codec, MessageShape full, int shards, int parts, 
   return out;
 }
 
-// With `measure`: this rank's own encodings decoded once more on the device, into `decoded`
-// (the message's elements, f32 as the host check decodes them, or the message's dtype where the
-// receivers' values are what is measured), and their error against the input summed there
-// (kernels/roundtrip_error.h). Only the three sums reach the host, at the end of the call.
+// With `measure`: this rank's own encodings decoded once more on the device (f32 as the host
+// check decodes them, or the message's dtype where the receivers' values are what is measured)
+// and their error against the input summed there (kernels/roundtrip_error.h): in registers by
+// one kernel where the codec has one (Codec::decode_error_sums_async, the grouped FP8 codecs),
+// else decoded into `decoded` and summed by a second. Only the three sums reach the host, at the
+// end of the call.
 struct SelfCheck {
   double* sums = nullptr;  // device [3]: error^2, signal^2, non-finite inputs
   uint8_t* decoded = nullptr;
@@ -224,10 +226,14 @@ void check_chunk(DevicePipeline& d, const SelfCheck& c, const Codec& codec, cons
   if (!c || shape.count() == 0) return;
   const size_t n = codec.max_encoded_size(shape, dtype);
   uint32_t* status = d.status_for({&codec, msg, 0, 1, n, shape, where});
+  const void* input = element(x, offset, dtype);
+  if (codec.decode_error_sums_async(msg, n, shape, input, dtype, c.decoded_dtype, c.sums, s,
+                                    status))
+    return;  // decoded and summed in registers
   uint8_t* out = c.decoded + size_t(offset) * dtype_size(c.decoded_dtype);
   codec.decode_async(msg, n, shape, out, c.decoded_dtype, false, s, status, nullptr);
-  cuda::roundtrip_error_sums(c.sums, element(x, offset, dtype), dtype, out, c.decoded_dtype,
-                             size_t(shape.count()), s);
+  cuda::roundtrip_error_sums(c.sums, input, dtype, out, c.decoded_dtype, size_t(shape.count()),
+                             s);
 }
 
 // Every chunk of a piece of `x` from its slot of `wire` (the piece's own slots).

@@ -77,4 +77,13 @@ void fp8_decode_sum_encode_device(const uint8_t* in, size_t slot, int count, siz
                                   const Fp8DeviceMessage& message, uint8_t* out, float* scratch,
                                   Stream stream, uint32_t* status, int64_t* nonfinite_groups);
 
+// A measured call's self-check in one pass (codec_fp8_check.cu): `in` (`size` bytes, an
+// encoding of x, device fp32 or bf16 of message.spec's shape) decoded in registers to the values
+// fp8_decode_device writes as `decoded_dtype`, and kernels/roundtrip_error.h's three sums of x
+// against them added into `sums` (device double[3]). `status`: as fp8_decode_device. Returns
+// false, queueing nothing, for fp8_tensor (no grouped kernel): its caller decodes and sums apart.
+bool fp8_decode_error_device(const uint8_t* in, size_t size, const Fp8DeviceMessage& message,
+                             const void* x, DType x_dtype, DType decoded_dtype, double* sums,
+                             Stream stream, uint32_t* status);
+
 }  // namespace taco::cuda

@@ -1,12 +1,14 @@
 // DeviceCompressedCollectives (parallel/device_compressed_collectives.h) under mpirun -np 2, on
 // device buffers through HostStagedCommunicator over MPI (both ranks may share one GPU): for
-// taco (e4m3 G128 dual, G64 single), fp8_block and fp8_tensor, on bf16 and fp32 data, every
-// operation gives the bytes, wire bytes, NaN-group count and error of the host
-// CompressedCollectives on the same inputs, bit for bit, with one pipeline piece; with three,
-// those of the host algorithm applied to each piece; and the result lies within 5e-2 (relative
-// L2; two FP8 roundings of ~2.6e-2 each, docs/design.md §4) of the exact one, so a wrong algorithm
-// cannot pass by matching a wrong reference. Also CompressedSiteComm routes device tensors
-// there with the host path's accounting. Skips without a CUDA device.
+// taco (e4m3 G128 dual, G64 single, G32 dual along tokens), fp8_block and fp8_tensor, on bf16
+// and fp32 data, every operation gives the bytes, wire bytes, NaN-group count and error of the
+// host CompressedCollectives on the same inputs, bit for bit, with one pipeline piece; with
+// three, those of the host algorithm applied to each piece; and the result lies within 5e-2
+// (relative L2; two FP8 roundings of ~2.6e-2 each, docs/design.md §4) of the exact one, so a
+// wrong algorithm cannot pass by matching a wrong reference. The measured error comes from the
+// one-pass self-check kernel for the grouped codecs and from decode + sums for fp8_tensor. Also
+// CompressedSiteComm routes device tensors there with the host path's accounting. Skips without
+// a CUDA device.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -39,8 +41,11 @@ CodecOptions opts(CodecKind kind, int group = 0, Fp8Scales scales = Fp8Scales::s
 }
 
 std::vector<CodecOptions> option_sets() {
+  // The last: groups along tokens (32 rows of a column), tails in every chunk of 37 rows.
   return {opts(CodecKind::taco, 128, Fp8Scales::dual), opts(CodecKind::taco, 64),
-          opts(CodecKind::fp8_block, 128), opts(CodecKind::fp8_tensor)};
+          opts(CodecKind::fp8_block, 128), opts(CodecKind::fp8_tensor),
+          canonical(CodecOptions{CodecKind::taco, Fp8Format::e4m3, 32, Fp8Scales::dual,
+                                 GroupAxis::token})};
 }
 
 // Rank r's data: Gaussian, in `dtype`'s bytes.

@@ -1,0 +1,222 @@
+// The self-check of a measured compressed call in one pass: this rank's own encoding of x is
+// decoded tile by tile into registers (group_decode.cuh's decode_tile, the values decode writes)
+// and its error against x is summed there, so the decoded message never touches memory. The
+// separate path (decode into a buffer, then kernels/cuda/roundtrip_error.cu over x and the
+// buffer) moves wire + 4 + 2 + 4 bytes per bf16 element; this one moves wire + 2.
+// Sums as kernels/roundtrip_error.h defines them, in double, in two stages of fixed shape (one
+// partial per block of a grid that depends only on the message and the device, then one block
+// adding the partials in order), so a result is the same from run to run.
+#include <cmath>
+
+#include "compression/cuda/codec_fp8_device.h"
+#include "compression/cuda/group_decode.cuh"
+#include "kernels/cuda/common.cuh"
+
+namespace taco::cuda {
+namespace codec {
+namespace {
+
+// The three sums of one thread (error^2, signal^2, non-finite inputs).
+struct ErrorSums {
+  double err = 0, sig = 0, bad = 0;
+  // x: the input value; y: the decoded one, rounded to bf16 first where the decode writes bf16.
+  __device__ __forceinline__ void add(float x, float y, bool bf16) {
+    if (bf16) y = bf16_bits_to_float(to_bf16_bits(y));
+    const double a = x, d = double(y) - a;
+    err += d * d;
+    sig += a * a;
+    bad += isfinite(x) ? 0.0 : 1.0;
+  }
+};
+
+// N consecutive input values (bf16 bits or fp32) widened to fp32; vector loads when aligned.
+template <int N, class TX>
+__device__ __forceinline__ void load_inputs(const TX* x, int64_t i, bool vectorized, float* d) {
+  if (vectorized) {
+    load_run<N>(x + i, d);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) d[k] = load_one(x + i + k);
+  }
+}
+
+// Adds the error of decoded tile v against x at the tile's elements: the indexing of the decode
+// kernel's store (codec_fp8_decode.cu, store_tile), reading where it writes.
+template <class S, bool kTokens, class TX>
+__device__ __forceinline__ void add_tile_error(const TX* x, const TileRef& t, const GroupParams& p,
+                                               const float (&v)[S::C][S::R], bool bf16,
+                                               ErrorSums& s) {
+  constexpr int R = S::R, C = S::C, kRun = S::kRun;
+  if constexpr (kTokens) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (t.r0 + r >= t.n) continue;
+      const int64_t i = t.base + r * t.stride_r;
+      if (p.vectorized) {
+        float in[C];
+        load_inputs<C>(x, i, true, in);
+#pragma unroll
+        for (int c = 0; c < C; ++c) s.add(in[c], v[c][r], bf16);
+      } else {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          if (c < t.columns) s.add(load_one(x + i + c), v[c][r], bf16);
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < R; k += kRun) {
+      if (p.vectorized) {
+        if (t.r0 + S::offset(k) >= t.n) continue;
+        float in[kRun];
+        load_inputs<kRun>(x, t.base + S::offset(k), true, in);
+#pragma unroll
+        for (int e = 0; e < kRun; ++e) s.add(in[e], v[0][k + e], bf16);
+      } else {
+#pragma unroll
+        for (int r = k; r < k + kRun; ++r) {
+          if (t.r0 + S::offset(r) < t.n) s.add(load_one(x + t.base + S::offset(r)), v[0][r], bf16);
+        }
+      }
+    }
+  }
+}
+
+// One partial (three doubles) per block into partials[block], [blocks + block], [2 * blocks +
+// block]. A block whose header check fails writes zeros (the status word carries the error).
+template <int G, bool kTokens, class TX>
+__global__ void __launch_bounds__(kThreads)
+    decode_error_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
+                        const TX* __restrict__ x, bool decoded_bf16, GroupParams p,
+                        uint32_t* status, double* partials) {
+  __shared__ double shared[32];
+  ErrorSums s;
+  if (block_accepts_header(in, size, expect, status)) {
+    using S = TileShape<4, G, kTokens>;  // fp32 values, as the reduce kernel decodes them
+    constexpr int L = S::L;
+    const int lane = threadIdx.x % 32, li = lane % L;
+    const uint8_t* codes_in = in + wire::kHeaderBytes;
+    const uint8_t* scales = in + p.scales_offset;
+    int64_t poisoned = 0;  // not reported: the call's own decode counts the receivers' groups
+    const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
+    const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
+    for (int64_t t0 = warp * S::kTilesPerWarp; t0 < p.tiles; t0 += warps * S::kTilesPerWarp) {
+      const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
+      float v[S::C][S::R];
+      decode_tile<S, kTokens>(codes_in, scales, t, li, p, v, poisoned);
+      if (t.n > 0) add_tile_error<S, kTokens>(x, t, p, v, decoded_bf16, s);
+    }
+  }
+  // Every thread of the block reaches the sums (the header verdict is the block's).
+  const double err = detail::block_sum(s.err, shared);
+  const double sig = detail::block_sum(s.sig, shared);
+  const double bad = detail::block_sum(s.bad, shared);
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = err;
+    partials[gridDim.x + blockIdx.x] = sig;
+    partials[2 * gridDim.x + blockIdx.x] = bad;
+  }
+}
+
+// One block: each thread adds its stride of partials in order, then the block sums in its fixed
+// order, into sums.
+__global__ void add_partials_kernel(double* sums, const double* partials, unsigned blocks) {
+  __shared__ double shared[32];
+  for (int k = 0; k < 3; ++k) {
+    double mine = 0;
+    for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x) mine += partials[k * blocks + b];
+    const double total = detail::block_sum(mine, shared);
+    if (threadIdx.x == 0) sums[k] += total;
+  }
+}
+
+struct CheckArgs {
+  const uint8_t* in;
+  uint64_t size;
+  WireExpectation expect;
+  GroupParams p;
+  const void* x;
+  bool x_bf16, decoded_bf16;
+  double* sums;
+  uint32_t* status;
+  cudaStream_t stream;
+};
+
+template <int G, bool kTokens, class TX>
+void launch(const CheckArgs& a) {
+  using S = TileShape<4, G, kTokens>;
+  GroupParams p = a.p;
+  const TX* x = static_cast<const TX*>(a.x);
+  set_tiles<S, G, kTokens>(p, detail::aligned16(x));
+  constexpr auto kernel = decode_error_kernel<G, kTokens, TX>;
+  const unsigned blocks = wave_grid<kernel>(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, 0);
+  auto* partials =
+      static_cast<double*>(detail::scratch(a.stream, 3 * size_t(blocks) * sizeof(double)));
+  kernel<<<blocks, kThreads, 0, a.stream>>>(a.in, a.size, a.expect, x, a.decoded_bf16, p, a.status,
+                                            partials);
+  TACO_LAUNCH_OK();
+  add_partials_kernel<<<1, kThreads, 0, a.stream>>>(a.sums, partials, blocks);
+  TACO_LAUNCH_OK();
+}
+
+template <int G, bool kTokens>
+void launch_typed(const CheckArgs& a) {
+  if (a.x_bf16) {
+    launch<G, kTokens, uint16_t>(a);
+  } else {
+    launch<G, kTokens, float>(a);
+  }
+}
+
+template <bool kTokens>
+void dispatch(int group, const CheckArgs& a) {
+  switch (group) {
+    case 32:
+      return launch_typed<32, kTokens>(a);
+    case 64:
+      return launch_typed<64, kTokens>(a);
+    case 128:
+      return launch_typed<128, kTokens>(a);
+    case 256:
+      return launch_typed<256, kTokens>(a);
+    case 512:
+      return launch_typed<512, kTokens>(a);
+  }
+  TACO_CHECK(false, "device codec: group " + std::to_string(group) + " is not supported");
+}
+
+}  // namespace
+}  // namespace codec
+
+bool fp8_decode_error_device(const uint8_t* in, size_t size, const Fp8DeviceMessage& message,
+                             const void* x, DType x_dtype, DType decoded_dtype, double* sums,
+                             Stream stream, uint32_t* status) {
+  const Fp8GroupSpec& s = message.spec;
+  if (s.group == 0) return false;  // fp8_tensor: the caller decodes and sums apart
+  TACO_CHECK(x_dtype == DType::f32 || x_dtype == DType::bf16, "messages are fp32 or bf16");
+  TACO_CHECK(decoded_dtype == DType::f32 || decoded_dtype == DType::bf16,
+             "decoded values are fp32 or bf16");
+  TACO_CHECK(status != nullptr, "device decode needs a status word");
+  TACO_CHECK(detail::aligned16(in), "device codec: the wire buffer must be 16-byte aligned");
+  if (s.count() == 0) return true;
+  codec::CheckArgs a;
+  a.in = in;
+  a.size = size;
+  a.expect = codec::wire_expectation(message);
+  a.p = codec::group_params(message);
+  a.x = x;
+  a.x_bf16 = x_dtype == DType::bf16;
+  a.decoded_bf16 = decoded_dtype == DType::bf16;
+  a.sums = sums;
+  a.status = status;
+  a.stream = static_cast<cudaStream_t>(stream);
+  if (s.along_tokens) {
+    codec::dispatch<true>(int(s.group), a);
+  } else {
+    codec::dispatch<false>(int(s.group), a);
+  }
+  return true;
+}
+
+}  // namespace taco::cuda
