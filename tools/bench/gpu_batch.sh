@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Batches for a GPU machine: build, every gpu_ test, the benchmarks. Logs and JSON go to $OUT (or
 # ./out). Usage: bash tools/bench/gpu_batch.sh [PART...]
-#   build      cmake + build into build-gpu (Release)                          ~120 s on 16 cores
+#   build      cmake + build into build-gpu (Release)                 ~240 s on 16 cores (H100)
+#              (GPU_TARGETS="t1 t2 ..." builds only those targets)
 #   tests      ctest -L gpu                                                     ~150 s
 #   step       taco-bench step, GPT-2 124M, with PyTorch and the per-kernel rows ~70 s
 #   sizes      taco-bench step, GPT-2 350M and GPT 1.3B, with PyTorch            ~220 s
@@ -21,7 +22,8 @@
 #   slowtests  the gpu_/mpi_ tests of the host-staged (slow-link) path           ~40 s
 #   slowlink   tools/bench/train_bench.py: GPT-2 124M, tp=2 and 4 ranks on the one GPU through
 #              host memory, none / taco / fp8_block / taco group auto, 40 steps each  ~400 s
-#              (SLOWLINK_TP, SLOWLINK_CODECS narrow it; SLOWLINK_SET="k=v k=v" adds --set keys)
+#              (SLOWLINK_TP, SLOWLINK_CODECS narrow it; SLOWLINK_SET="k=v k=v" adds --set keys;
+#              SLOWLINK_STEPS: steps per run, 40 by default, logged every 10)
 #   parity     taco-train 124M tp=2 on the one GPU, 300 steps on GPT-2-tokenized fortunes, none
 #              vs taco on every TP site (carry data/fortunes-gpt2, made here with
 #              taco-prep --tokenizer gpt2 --val-every 5)                          ~330 s
@@ -45,7 +47,10 @@ for part in "${parts[@]}"; do
   build)
     nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
     cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-    cmake --build $B -j16 > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
+    # GPU_TARGETS="taco-train gpu_codecs ...": only those targets (and what they link), to save
+    # device time when a call needs a few
+    cmake --build $B -j16 ${GPU_TARGETS:+--target $GPU_TARGETS} > "$OUT/build.log" 2>&1 ||
+      { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
     ;;
   tests)
     (cd $B && ctest -L gpu -j3 --output-on-failure --timeout 200 > "$OUT/gpu_tests.log" 2>&1)
@@ -143,7 +148,7 @@ for part in "${parts[@]}"; do
     # codec against the best uncompressed baseline, GPT-2 124M, random tokens (train_bench.py).
     # SLOWLINK_TP / SLOWLINK_CODECS narrow the runs to fit one device call.
     timeout 560 python3 tools/bench/train_bench.py --build $B --models 124m --tp "${SLOWLINK_TP:-2,4}" \
-      --codecs "${SLOWLINK_CODECS:-none,taco,fp8_block,taco-auto}" --steps 40 --warmup 10 --out "$OUT/train-bench" \
+      --codecs "${SLOWLINK_CODECS:-none,taco,fp8_block,taco-auto}" --steps "${SLOWLINK_STEPS:-40}" --warmup 10 --out "$OUT/train-bench" \
       $(for kv in ${SLOWLINK_SET:-}; do printf -- '--set %s ' "$kv"; done) \
       > "$OUT/train-bench.log" 2>&1
     echo "train_bench rc $?"
