@@ -33,6 +33,8 @@ void GradSync::reduce(const std::vector<PartialGrad>& sp, const Tensor& tied, co
   }
   // ZeRO-1: the padded buffer splits into one equal slot per dp rank; this rank receives the
   // sum of its own and copies its real elements back into place for the optimizer.
+  TACO_CHECK(grads_padded.numel == shard_.padded_total() && grads.numel == shard_.total(),
+             "GradSync: the gradient buffers are not the shard's");
   groups_.dp->reduce_scatter(grads_padded, grad_shard_, shard_.ranks(), "dp.grad", -1);
   const Tensor dst = grads.slice(shard_.begin(), shard_.size());
   const Tensor src = grad_shard_.slice(0, shard_.size());
@@ -46,6 +48,8 @@ double GradSync::norm(double local_sumsq) const {
 
 void GradSync::gather_params(const Tensor& params_padded) {
   if (!zero_) return;
+  TACO_CHECK(params_padded.numel == shard_.padded_total(),
+             "GradSync: the parameter buffer is not the shard's");
   groups_.dp->all_gather(params_padded.slice(shard_.slot_offset(), shard_.slot()), params_padded,
                          shard_.ranks(), "dp.param", -1);
 }
