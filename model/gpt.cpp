@@ -4,6 +4,7 @@
 
 #include "kernels/check.h"
 #include "model/ops.h"
+#include "parallel/zero_shard.h"
 
 namespace taco {
 
@@ -54,7 +55,8 @@ void Gpt::plan(Arena& arena) {
   const DType st = stat_dtype(dtype_);
   const size_t N = N_, Nr = Nr_, C = C_, Cl = C_local_;
   const LayoutSpec& spec = layout_.spec();
-  const size_t padded = (layout_.total() + padding_ - 1) / padding_ * padding_;
+  // ZeroShard owns the padding: equal slots for `padding_` ranks.
+  const size_t padded = ZeroShard(layout_.total(), int(padding_), 0).padded_total();
   want(params_padded_, "params", padded, dtype_);
   want(grads_padded_, "grads", padded, dtype_);
   for (size_t k = 0; k < slots_.size(); ++k) {

@@ -30,7 +30,8 @@ class Gpt {
       TensorParallel* tp);
 
   // Rounds the parameter and gradient buffers up to a multiple of `multiple` elements (ZeRO-1
-  // splits them evenly over dp ranks); call before plan(). The padding stays zero.
+  // splits them evenly over dp ranks: ZeroShard::padded_total() for `multiple` ranks); call
+  // before plan(). The padding stays zero.
   void set_buffer_padding(size_t multiple) { padding_ = multiple; }
   // Plans parameters, gradients and activations into `arena`; bind() after arena.allocate().
   void plan(Arena& arena);

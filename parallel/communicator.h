@@ -179,6 +179,12 @@ class Communicator {
   // buf (count elements) of rank `root` is copied to every rank.
   virtual void broadcast(void* buf, size_t count, DType dtype, int root, Stream stream) = 0;
   virtual void barrier(Stream stream) = 0;
+  // values[i] = op over ranks of values[i], i < count, in place, in double, for the few exact
+  // host numbers a step agrees on (loss sums, squared norms, flags, error codes and ranks: an
+  // int is exact in a double). Host memory on every backend, whatever buffers its other calls
+  // move, and blocking: the result is there on return. Counted as an all_reduce of f64 values.
+  // Backends that do not implement it throw taco::Error.
+  virtual void all_reduce_values(double* values, size_t count, ReduceOp op);
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_.reset(); }

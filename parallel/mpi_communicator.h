@@ -50,6 +50,7 @@ class MpiCommunicator final : public Communicator {
                  size_t recv_count, int src, DType dtype, int tag, Stream stream) override;
   void broadcast(void* buf, size_t count, DType dtype, int root, Stream stream) override;
   void barrier(Stream stream) override;
+  void all_reduce_values(double* values, size_t count, ReduceOp op) override;
 
  private:
   struct Adopt {};

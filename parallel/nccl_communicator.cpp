@@ -1,8 +1,10 @@
 #include "parallel/nccl_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/runtime/device.h"
 #include "kernels/check.h"
@@ -55,6 +57,7 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     if (barrier_word_) cudaFree(barrier_word_);
+    if (values_word_) cudaFree(values_word_);
     if (!comm_) return;
     // Finalize flushes outstanding work (polled, as the communicator is non-blocking).
     ncclResult_t state = ncclCommFinalize(comm_);
@@ -165,6 +168,27 @@ class NcclCommunicator final : public Communicator {
     record(CommOp::barrier, 0, seconds_since(t0));
   }
 
+  // Host values through a private device scratch (ncclFloat64), on the default stream, waited
+  // for: a few numbers per step, so the copies cost nothing next to the step.
+  void all_reduce_values(double* values, size_t count, ReduceOp op) override {
+    const auto t0 = clock_type::now();
+    if (count > values_capacity_) {
+      if (values_word_) TACO_CHECK_CUDA(cudaFree(values_word_));
+      values_word_ = nullptr;
+      TACO_CHECK_CUDA(cudaMalloc(&values_word_, count * sizeof(double)));
+      values_capacity_ = count;
+    }
+    const size_t bytes = count * sizeof(double);
+    if (count > 0) {
+      TACO_CHECK_CUDA(cudaMemcpy(values_word_, values, bytes, cudaMemcpyHostToDevice));
+      check(ncclAllReduce(values_word_, values_word_, count, ncclFloat64, red(op), comm_, nullptr),
+            "ncclAllReduce (values)", bytes);
+      wait(nullptr);
+      TACO_CHECK_CUDA(cudaMemcpy(values, values_word_, bytes, cudaMemcpyDeviceToHost));
+    }
+    record(CommOp::all_reduce, bytes, seconds_since(t0));
+  }
+
   // Polls the stream and the communicator's async error until the stream is done.
   void wait(Stream stream) {
     const auto t0 = clock_type::now();
@@ -258,6 +282,8 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   double timeout_ = 600;
   float* barrier_word_ = nullptr;
+  double* values_word_ = nullptr;  // all_reduce_values' scratch, values_capacity_ doubles
+  size_t values_capacity_ = 0;
 };
 
 }  // namespace
@@ -321,6 +347,26 @@ bool use_nccl_backend(MPI_Comm world, const std::string& backend, const std::str
                     " GPU(s) on a node; use backend: mpi (or auto)");
   }
   return backend == "nccl" || (backend == "auto" && own_gpu);
+}
+
+int gpus_in_use(const MpiCommunicator& world, int device_index) {
+  MPI_Comm node = MPI_COMM_NULL;
+  TACO_CHECK_MPI(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+                 world.name(), "comm_split_type", 0);
+  int local = 0, local_rank = 0;
+  MPI_Comm_size(node, &local);
+  MPI_Comm_rank(node, &local_rank);
+  std::vector<int> devices(size_t(local), -1);
+  TACO_CHECK_MPI(MPI_Allgather(&device_index, 1, MPI_INT, devices.data(), 1, MPI_INT, node),
+                 world.name(), "all_gather (devices)", sizeof(int) * size_t(local));
+  MPI_Comm_free(&node);
+  std::sort(devices.begin(), devices.end());
+  const int distinct = int(std::unique(devices.begin(), devices.end()) - devices.begin());
+  int total = 0;
+  const int mine = local_rank == 0 ? distinct : 0;
+  TACO_CHECK_MPI(MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, world.comm()), world.name(),
+                 "all_reduce (devices)", sizeof(int));
+  return total;
 }
 
 std::unique_ptr<Communicator> make_device_communicator(MpiCommunicator& group, bool nccl,

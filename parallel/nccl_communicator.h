@@ -40,6 +40,10 @@ bool nccl_available();
 // throws UserError naming `source`.
 bool use_nccl_backend(MPI_Comm world, const std::string& backend, const std::string& source);
 
+// GPUs a run uses together: on each node, the distinct devices its ranks chose (ranks may share
+// one), summed over the nodes. Collective over `world`; `device_index` is this rank's device.
+int gpus_in_use(const MpiCommunicator& world, int device_index);
+
 // The device-buffer communicator of `group`: NCCL, or MPI with host staging whose sums take
 // the path `staged_reduce` (parallel.staged_reduce; parallel/staged_communicator.h), staged in
 // pieces of `stage_piece_bytes` (parallel.stage_piece_bytes). NCCL ignores both.

@@ -474,4 +474,10 @@ void HostStagedCommunicator::barrier(Stream stream) {
   record(CommOp::barrier, 0, seconds_since(t0));
 }
 
+void HostStagedCommunicator::all_reduce_values(double* values, size_t count, ReduceOp op) {
+  const auto t0 = clock_type::now();
+  host_.all_reduce_values(values, count, op);
+  record(CommOp::all_reduce, count * sizeof(double), seconds_since(t0));
+}
+
 }  // namespace taco

@@ -97,6 +97,8 @@ class HostStagedCommunicator final : public Communicator {
                  size_t recv_count, int src, DType dtype, int tag, Stream stream) override;
   void broadcast(void* buf, size_t count, DType dtype, int root, Stream stream) override;
   void barrier(Stream stream) override;
+  // Host values: the host communicator's call, nothing to stage.
+  void all_reduce_values(double* values, size_t count, ReduceOp op) override;
 
  private:
   // Serial staging of one buffer (host buffers pass through): the input copied down after

@@ -18,7 +18,8 @@
 
 #include "kernels/check.h"
 #include "parallel/fault_point.h"
-#include "parallel/watchdog.h"
+#include "parallel/host_values.h"
+#include "parallel/mpi_communicator.h"
 
 namespace taco {
 
@@ -30,6 +31,7 @@ constexpr char kMagic[8] = {'T', 'A', 'C', 'O', 'C', 'K', 'P', '1'};
 constexpr char kEndMagic[8] = {'T', 'A', 'C', 'O', 'E', 'N', 'D', '1'};
 constexpr uint32_t kVersion = 1;
 constexpr const char* kMarker = "COMPLETE";
+constexpr const char* kSite = "checkpoint";  // the site the watchdog names for our agreements
 
 // 64-bit FNV-1a over 8-byte words (bytes for the tail), with the length mixed in at the end.
 class Checksum {
@@ -83,33 +85,6 @@ void fsync_path(const std::string& path, bool directory) {
   if (fd < 0) return;  // best effort for folders on filesystems that refuse
   ::fsync(fd);
   ::close(fd);
-}
-
-// Every rank's (ok, message): all ok, or the lowest failing rank's message on every rank.
-bool agree(MPI_Comm comm, bool ok, std::string* message) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  int mine = ok ? 1 << 30 : rank, first = 0;
-  WatchScope watch("all_reduce", "checkpoint", -1, comm, "world");
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
-  if (first == 1 << 30) return true;
-  int len = rank == first ? int(message->size()) : 0;
-  MPI_Bcast(&len, 1, MPI_INT, first, comm);
-  std::string text(size_t(len), '\0');
-  if (rank == first) text = *message;
-  MPI_Bcast(text.data(), len, MPI_CHAR, first, comm);
-  *message = text;
-  return false;
-}
-
-std::string bcast_string(MPI_Comm comm, const std::string& s, int root) {
-  int len = int(s.size());
-  WatchScope watch("broadcast", "checkpoint", -1, comm, "world", root);
-  MPI_Bcast(&len, 1, MPI_INT, root, comm);
-  std::string out = s;
-  out.resize(size_t(len));
-  MPI_Bcast(out.data(), len, MPI_CHAR, root, comm);
-  return out;
 }
 
 int64_t parse_step(const std::string& name) {
@@ -325,9 +300,9 @@ std::vector<std::string> complete_checkpoints(const std::string& dir) {
   return out;
 }
 
-void check_checkpoint_dir_writable(const std::string& dir, MPI_Comm world) {
-  int rank = 0;
-  MPI_Comm_rank(world, &rank);
+void check_checkpoint_dir_writable(const std::string& dir, MPI_Comm world_comm) {
+  MpiCommunicator world(world_comm, "world");
+  const int rank = world.rank();
   std::string message;
   bool ok = true;
   if (rank == 0) {
@@ -339,7 +314,7 @@ void check_checkpoint_dir_writable(const std::string& dir, MPI_Comm world) {
                 " (set checkpoint.dir to a writable place, or checkpoint.keep: 0 for none)";
     }
   }
-  if (agree(world, ok, &message)) {
+  if (agree(world, ok, &message, kSite)) {
     // Every rank writes its own file there at a save: every rank probes (shared or not).
     const std::string probe = dir + "/.write_test_rank_" + std::to_string(rank);
     std::FILE* f = std::fopen(probe.c_str(), "wb");
@@ -352,16 +327,19 @@ void check_checkpoint_dir_writable(const std::string& dir, MPI_Comm world) {
       if (f && !wrote) std::fclose(f);
     }
     std::remove(probe.c_str());
-    if (agree(world, ok, &message)) return;
+    if (agree(world, ok, &message, kSite)) return;
   }
   throw UserError(message);
 }
 
 Checkpointer::Checkpointer(std::string dir, int keep, MPI_Comm world)
-    : dir_(std::move(dir)), keep_(std::max(1, keep)), world_(world) {
-  MPI_Comm_rank(world_, &rank_);
-  MPI_Comm_size(world_, &size_);
-}
+    : dir_(std::move(dir)),
+      keep_(std::max(1, keep)),
+      world_(std::make_unique<MpiCommunicator>(world, "world")),
+      rank_(world_->rank()),
+      size_(world_->size()) {}
+
+Checkpointer::~Checkpointer() = default;
 
 std::string Checkpointer::save(int64_t step, const std::string& layout,
                                const std::map<std::string, std::string>& header,
@@ -381,7 +359,7 @@ std::string Checkpointer::save(int64_t step, const std::string& layout,
                 " (set checkpoint.dir to a writable place)";
     }
   }
-  if (!agree(world_, ok, &message)) throw Error(message, 1);
+  if (!agree(*world_, ok, &message, kSite)) throw Error(message, 1);
 
   std::map<std::string, std::string> h = header;
   h["layout"] = layout;
@@ -394,7 +372,7 @@ std::string Checkpointer::save(int64_t step, const std::string& layout,
     ok = false;
     message = "rank " + std::to_string(rank_) + ": " + e.what();
   }
-  if (!agree(world_, ok, &message)) throw Error(message, 1);
+  if (!agree(*world_, ok, &message, kSite)) throw Error(message, 1);
 
   if (rank_ == 0) {
     try {
@@ -428,7 +406,7 @@ std::string Checkpointer::save(int64_t step, const std::string& layout,
       message = e.what();
     }
   }
-  if (!agree(world_, ok, &message)) throw Error(message, 1);
+  if (!agree(*world_, ok, &message, kSite)) throw Error(message, 1);
   known_good_.insert(step);
   apply_retention(step);
   return final_dir;
@@ -445,7 +423,7 @@ bool Checkpointer::verify_folder(const std::string& folder, int world, std::stri
     ok = false;
     *message = e.what();
   }
-  return agree(world_, ok, message);
+  return agree(*world_, ok, message, kSite);
 }
 
 void Checkpointer::apply_retention(int64_t saved_step) {
@@ -463,7 +441,7 @@ void Checkpointer::apply_retention(int64_t saved_step) {
           std::to_string(step) + " " + (it == marker.end() ? "0" : it->second) + " " + path + "\n";
     }
   }
-  plan = bcast_string(world_, plan, 0);
+  plan = broadcast_string(*world_, plan, 0, kSite);
 
   int good = 0;
   bool newer_than_resumed = false;  // a verified checkpoint after the one this run resumed from
@@ -522,7 +500,7 @@ int64_t Checkpointer::newest_step() {
     scan(dir_, &complete, nullptr);
     list = complete.empty() ? "-1" : std::to_string(complete.front().first);
   }
-  return std::stoll(bcast_string(world_, list, 0));
+  return std::stoll(broadcast_string(*world_, list, 0, kSite));
 }
 
 int64_t Checkpointer::restore(const std::string& layout, RankCheckpoint* out) {
@@ -548,7 +526,7 @@ int64_t Checkpointer::restore(const std::string& layout, RankCheckpoint* out) {
     if (plan.empty())
       for (const auto& [step, path] : complete) plan += std::to_string(step) + " " + path + "\n";
   }
-  plan = bcast_string(world_, plan, 0);
+  plan = broadcast_string(*world_, plan, 0, kSite);
   if (!plan.empty() && plan[0] == '!') throw UserError(plan.substr(1));
 
   std::istringstream lines(plan);
@@ -572,7 +550,7 @@ int64_t Checkpointer::restore(const std::string& layout, RankCheckpoint* out) {
       ok = false;
       message = "rank " + std::to_string(rank_) + ": " + e.what();
     }
-    if (agree(world_, ok, &message)) {
+    if (agree(*world_, ok, &message, kSite)) {
       resumed_step_ = step;
       known_good_.insert(step);
       return step;

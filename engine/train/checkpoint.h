@@ -31,11 +31,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 namespace taco {
+
+class MpiCommunicator;
 
 // One named piece of a rank's state, as host bytes.
 struct CheckpointPart {
@@ -75,7 +78,9 @@ void check_checkpoint_dir_writable(const std::string& dir, MPI_Comm world);
 
 class Checkpointer {
  public:
+  // Collective over `world` (its communicator is duplicated: the agreements travel apart).
   Checkpointer(std::string dir, int keep, MPI_Comm world);
+  ~Checkpointer();
 
   const std::string& dir() const { return dir_; }
 
@@ -105,7 +110,7 @@ class Checkpointer {
 
   std::string dir_;
   int keep_;
-  MPI_Comm world_;
+  std::unique_ptr<MpiCommunicator> world_;
   int rank_ = 0, size_ = 1;
   int64_t resumed_step_ = -1;
   std::set<int64_t> known_good_;  // steps of the folders this run wrote, loaded or verified

@@ -3,15 +3,18 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "engine/runtime/arena.h"
 #include "engine/train/checkpoint.h"
 #include "kernels/check.h"
 #include "kernels/dtype.h"
 #include "parallel/process_grid.h"
+#include "parallel/zero_shard.h"
 
 namespace taco {
 
@@ -31,10 +34,10 @@ namespace {
 const char* const kSections[] = {"params", "adam_m", "adam_v", "master"};
 
 // One rank's place in a layout: its parameter layout and, under ZeRO-1, the range of its
-// (tp, pp) flat buffer whose optimizer state it holds.
+// (tp, pp) flat buffer whose optimizer state it holds (the whole buffer without ZeRO-1).
 struct RankPlace {
   ParamLayout layout;
-  size_t shard_begin = 0, shard_end = 0;
+  ZeroShard shard;
 };
 
 RankPlace place_of(const Config& cfg, int rank) {
@@ -49,15 +52,12 @@ RankPlace place_of(const Config& cfg, int rank) {
   spec.layer_end = spec.layer_begin + per_stage;
   spec.has_embedding = c.pp == 0;
   spec.has_head = c.pp == par.pp - 1;
-  RankPlace place{ParamLayout(
-      GptDims::make(m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, par.tp), spec)};
-  place.shard_end = place.layout.total();
-  if (par.zero == 1) {  // as the trainer splits the flat buffer
-    const size_t shard = (place.layout.total() + par.dp - 1) / par.dp;
-    place.shard_begin = std::min(place.layout.total(), c.dp * shard);
-    place.shard_end = std::min(place.layout.total(), place.shard_begin + shard);
-  }
-  return place;
+  ParamLayout layout(GptDims::make(m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, par.tp),
+                     spec);
+  const size_t total = layout.total();
+  // As the trainer splits the flat buffer.
+  return RankPlace{std::move(layout),
+                   par.zero == 1 ? ZeroShard(total, par.dp, c.dp) : ZeroShard(total)};
 }
 
 float read_value(const CheckpointPart& s, size_t i, bool bf16_values) {
@@ -90,6 +90,39 @@ void for_each_element(const ParamLayout& local, const ParamLayout& full, F&& f) 
 
 }  // namespace
 
+CheckpointPart host_copy(const std::string& name, const Tensor& t) {
+  CheckpointPart s{name, std::vector<uint8_t>(t.bytes())};
+  if (!t.empty()) device_copy(s.bytes.data(), t.data, t.bytes(), DeviceKind::cpu, t.device);
+  return s;
+}
+
+size_t count_nonfinite(const CheckpointPart& part, DType dtype) {
+  size_t bad = 0;
+  const size_t n = part.bytes.size() / std::max<size_t>(1, dtype_size(dtype));
+  for (size_t i = 0; i < n; ++i) {
+    float v = 0;
+    if (dtype == DType::f32) {
+      std::memcpy(&v, part.bytes.data() + 4 * i, 4);
+    } else if (dtype == DType::bf16) {
+      bf16 h;
+      std::memcpy(&h, part.bytes.data() + 2 * i, 2);
+      v = bf16_to_float(h);
+    }
+    bad += std::isfinite(v) ? 0 : 1;
+  }
+  return bad;
+}
+
+void load_section(const RankCheckpoint& ck, const std::string& name, const Tensor& t,
+                  const std::string& where) {
+  const CheckpointPart* s = ck.find(name);
+  if (!s || s->bytes.size() != t.bytes())
+    throw UserError(where + ": section '" + name + "' is missing or has another size (" +
+                    std::to_string(s ? s->bytes.size() : 0) + " bytes, expected " +
+                    std::to_string(t.bytes()) + ")");
+  if (!t.empty()) device_copy(t.data, s->bytes.data(), t.bytes(), t.device, DeviceKind::cpu);
+}
+
 FullState load_full_state(const std::string& folder, const Config& cfg, bool params_only) {
   const auto& m = cfg.model;
   const auto& par = cfg.parallel;
@@ -112,7 +145,7 @@ FullState load_full_state(const std::string& folder, const Config& cfg, bool par
       continue;
     }
     const RankCheckpoint ck = read_rank_checkpoint(path);
-    const size_t total = place.layout.total(), shard = place.shard_end - place.shard_begin;
+    const size_t total = place.layout.total(), shard = place.shard.size();
     const CheckpointPart* params = ck.find("params");
     const bool bf16_params = params && params->bytes.size() == total * sizeof(bf16);
     if (!params || (!bf16_params && params->bytes.size() != total * sizeof(float)))
@@ -137,7 +170,8 @@ FullState load_full_state(const std::string& folder, const Config& cfg, bool par
       dst.resize(full.total(), 0.f);
       // Parameters: every (tp, pp) rank of dp replica 0; optimizer state: each rank's shard.
       if (is_params && c.dp != 0) continue;
-      const size_t lo = is_params ? 0 : place.shard_begin, hi = is_params ? total : place.shard_end;
+      const size_t lo = is_params ? 0 : place.shard.begin(),
+                   hi = is_params ? total : place.shard.end();
       for_each_element(place.layout, full, [&](size_t local, size_t whole) {
         if (local >= lo && local < hi)
           dst[whole] = read_value(*s, local - lo, is_params && bf16_params);
@@ -218,7 +252,7 @@ void write_full_state(const FullState& state, const Config& target, const std::s
   const std::string layout = checkpoint_layout(target, rank_dims, state.dtype, state.device, world);
   for (int rank = 0; rank < world; ++rank) {
     const RankPlace place = place_of(target, rank);
-    const size_t total = place.layout.total(), shard = place.shard_end - place.shard_begin;
+    const size_t total = place.layout.total(), shard = place.shard.size();
     std::vector<CheckpointPart> parts;
     for (const char* name : kSections) {
       const bool is_params = std::string(name) == "params";
@@ -226,7 +260,7 @@ void write_full_state(const FullState& state, const Config& target, const std::s
       CheckpointPart part{name, {}};
       if (it != state.sections.end()) {
         const std::vector<float>& src = it->second;
-        const size_t lo = is_params ? 0 : place.shard_begin, n = is_params ? total : shard;
+        const size_t lo = is_params ? 0 : place.shard.begin(), n = is_params ? total : shard;
         const bool as_bf16 = is_params && state.dtype == DType::bf16;
         part.bytes.assign(n * (as_bf16 ? sizeof(bf16) : sizeof(float)), 0);
         for_each_element(place.layout, full, [&](size_t local, size_t whole) {

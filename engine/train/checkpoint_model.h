@@ -11,6 +11,7 @@
 
 #include "engine/config/config.h"
 #include "engine/runtime/tensor.h"
+#include "engine/train/checkpoint.h"
 #include "model/param_layout.h"
 
 namespace taco {
@@ -18,6 +19,15 @@ namespace taco {
 // What must match for a checkpoint to load: model, parallel layout, precision and device.
 std::string checkpoint_layout(const Config& c, const GptDims& d, DType dtype, DeviceKind device,
                               int world);
+
+// A rank's sections as the trainer saves and loads them:
+// `t` (host or device) as the host bytes of section `name`.
+CheckpointPart host_copy(const std::string& name, const Tensor& t);
+// Values of a host copy of a tensor that are NaN or Inf (f32 or bf16; other dtypes hold none).
+size_t count_nonfinite(const CheckpointPart& part, DType dtype);
+// Section `name` of `ck` into `t`; UserError naming `where` when it is missing or sized otherwise.
+void load_section(const RankCheckpoint& ck, const std::string& name, const Tensor& t,
+                  const std::string& where);
 
 struct FullState {
   GptDims dims;  // tp = 1 dims (vocab padded to a multiple of 64)

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@
 #include "engine/train/trainer.h"
 #include "kernels/check.h"
 #include "parallel/fault_point.h"
+#include "parallel/host_values.h"
+#include "parallel/mpi_communicator.h"
 #include "parallel/watchdog.h"
 
 namespace {
@@ -94,7 +97,7 @@ Args parse_args(int argc, char** argv) {
 
 // Runs `fn` on every rank; if any rank throws, the lowest such rank prints its one line and
 // every rank returns the largest exit code. Returns 0 when all ranks succeeded.
-int collectively(int rank, const std::function<void()>& fn) {
+int collectively(taco::Communicator& world, const std::function<void()>& fn) {
   int code = 0;
   std::string message;
   try {
@@ -106,12 +109,10 @@ int collectively(int rank, const std::function<void()>& fn) {
     code = 1;
     message = e.what();
   }
-  int worst = 0, first_failed = 0;
-  int mine = code ? rank : 1 << 30;
-  taco::WatchScope watch("all_reduce", "startup", -1, MPI_COMM_WORLD, "world");
-  MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (code && rank == first_failed)
+  const int worst = taco::max_over(world, code, "startup");
+  // The lowest failing rank, as the largest -rank (a rank that succeeded offers less).
+  const int first_failed = -taco::max_over(world, code ? -world.rank() : -(1 << 30), "startup");
+  if (code && world.rank() == first_failed)
     std::fprintf(stderr, "taco-train: error: %s\n", message.c_str());
   return worst;
 }
@@ -240,6 +241,13 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   taco::set_error_rank(rank);
   taco::init_logging(rank, false);
+  // Start-up's agreements go through the communicator door (parallel/host_values.h); making it
+  // is collective, so it is watched as MPI_Init is.
+  std::unique_ptr<taco::MpiCommunicator> world_comm;
+  {
+    taco::WatchScope watch("comm_dup", "startup", -1, MPI_COMM_WORLD, "world");
+    world_comm = std::make_unique<taco::MpiCommunicator>(MPI_COMM_WORLD, "world");
+  }
 
   Args args;
   taco::Config config;
@@ -254,7 +262,7 @@ int main(int argc, char** argv) {
   taco::init_fault_point(rank);
   std::string file_resume;  // checkpoint.resume as the file and its --set give it
 
-  int rc = collectively(rank, [&] {
+  int rc = collectively(*world_comm, [&] {
     args = parse_args(argc, argv);
     std::vector<std::string> overrides = args.overrides;
     if (args.resume) overrides.push_back("checkpoint.resume=true");
@@ -264,7 +272,7 @@ int main(int argc, char** argv) {
     taco::start_watchdog(config.parallel.timeout_s, rank);
   });
   if (rc == 0) {
-    rc = collectively(rank, [&] {
+    rc = collectively(*world_comm, [&] {
       namespace fs = std::filesystem;
       ctx.run_dir = (fs::path(config.run.dir) / config.run.name).string();
       if (rank == 0) {  // an empty folder changes nothing; its files wait for the checks below
@@ -275,8 +283,8 @@ int main(int argc, char** argv) {
                                 " (set run.dir)");
       }
       {
-        taco::WatchScope watch("barrier", "startup", -1, MPI_COMM_WORLD, "world");
-        MPI_Barrier(MPI_COMM_WORLD);
+        taco::WatchScope watch("barrier", "startup", -1, *world_comm);
+        world_comm->barrier(nullptr);
       }
       // Until the checks have passed, the log lines wait in memory (rank 0 writes them below).
       taco::init_logging(rank, config.log.all_ranks);

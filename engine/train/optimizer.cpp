@@ -9,16 +9,17 @@
 namespace taco {
 
 AdamW::AdamW(const ParamLayout& layout, DType param_dtype, DeviceKind device,
-             const AdamWConfig& cfg, size_t shard_begin, size_t shard_end)
+             const AdamWConfig& cfg, const ZeroShard& shard)
     : layout_(layout),
       dtype_(param_dtype),
       device_(device),
       cfg_(cfg),
-      begin_(std::min(shard_begin, layout.total())),
-      end_(std::min(shard_end, layout.total())) {
+      begin_(std::min(shard.begin(), layout.total())),
+      end_(std::min(shard.end(), layout.total())) {
   const bool cpu_fp32 = device == DeviceKind::cpu && param_dtype == DType::f32;
   const bool cuda_bf16 = device == DeviceKind::cuda && param_dtype == DType::bf16;
   TACO_CHECK(cpu_fp32 || cuda_bf16, "AdamW runs fp32 parameters on the CPU, bf16 on CUDA");
+  TACO_CHECK(shard.total() == layout.total(), "AdamW: the shard splits another buffer");
 #if !TACO_HAVE_CUDA
   TACO_CHECK(!cuda_bf16, "AdamW on CUDA in a build without CUDA");
 #endif

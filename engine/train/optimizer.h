@@ -3,9 +3,10 @@
 //   CPU (fp32 parameters): the parameters are the weights; m and v are fp32.
 //   CUDA (bf16 parameters): fp32 master weights, m and v in the arena; each update reads the bf16
 //   gradients, updates the master and WRITES the bf16 parameters as the master rounded to nearest.
-// ZeRO-1: an optimizer built for the element range [shard_begin, shard_end) of the flat buffer
-// keeps m, v (and the master) for that range only and updates only those parameters; the
-// trainer reduce-scatters gradients into the range and all-gathers the parameters after.
+// ZeRO-1: an optimizer built for a ZeroShard (parallel/zero_shard.h) keeps m, v (and the master)
+// for the shard's range [begin, end) of the flat buffer only and updates only those parameters;
+// GradSync (parallel/grad_sync.h) reduce-scatters gradients into the range and all-gathers the
+// parameters after.
 // Use: plan(arena) before arena.allocate(); bind(arena, params); load_initial(host weights).
 #pragma once
 
@@ -13,6 +14,7 @@
 
 #include "engine/runtime/arena.h"
 #include "model/param_layout.h"
+#include "parallel/zero_shard.h"
 
 namespace taco {
 
@@ -22,8 +24,12 @@ struct AdamWConfig {
 
 class AdamW {
  public:
+  // `shard`: the part of the flat buffer this rank updates (ZeroShard(layout.total()): all).
   AdamW(const ParamLayout& layout, DType param_dtype, DeviceKind device, const AdamWConfig& cfg,
-        size_t shard_begin = 0, size_t shard_end = size_t(-1));
+        const ZeroShard& shard);
+  // The whole buffer.
+  AdamW(const ParamLayout& layout, DType param_dtype, DeviceKind device, const AdamWConfig& cfg)
+      : AdamW(layout, param_dtype, device, cfg, ZeroShard(layout.total())) {}
   void plan(Arena& arena);
   // `params` is the model's parameter buffer (layout.total() elements of param_dtype).
   void bind(const Arena& arena, const Tensor& params);

@@ -55,6 +55,23 @@ TEST(GpuNccl, GroupOfOneMovesDataLikeTheCollectivesSay) {
   EXPECT_EQ(st[CommOp::all_reduce].bytes_sent, 0);  // a group of one sends nothing
 }
 
+// Host values go through a device scratch and come back: in a group of one, unchanged.
+TEST(GpuNccl, HostValuesComeBackReduced) {
+  TACO_SKIP_WITHOUT_GPU();
+  MpiCommunicator self(MPI_COMM_SELF, "self");
+  auto nccl = make_nccl_communicator(self, "self", 60.0);
+  double values[3] = {1.5, -2.25, 1e-300};
+  nccl->all_reduce_values(values, 3, ReduceOp::sum);
+  EXPECT_EQ(values[0], 1.5);
+  EXPECT_EQ(values[1], -2.25);
+  EXPECT_EQ(values[2], 1e-300);
+  double more[5] = {1, 2, 3, 4, 5};  // a larger count than the scratch held
+  nccl->all_reduce_values(more, 5, ReduceOp::max);
+  EXPECT_EQ(more[4], 5.0);
+  EXPECT_EQ(nccl->stats()[CommOp::all_reduce].calls, 2);
+  EXPECT_EQ(nccl->stats()[CommOp::all_reduce].bytes, int64_t(8 * sizeof(double)));
+}
+
 #else
 
 TEST(GpuNccl, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }

@@ -119,5 +119,24 @@ TEST(StagedCommunicator, DeviceBuffersAreStagedWithMpisResults) {
   check_same_as_mpi(true);
 }
 
+// Host values (loss sums, norms, flags) pass straight to the host communicator: MPI's exact
+// double sum and max, counted once as an all_reduce of the staged communicator.
+TEST(StagedCommunicator, HostValuesAreTheHostCommunicatorsReduction) {
+  MpiCommunicator mpi(MPI_COMM_WORLD, "world");
+  HostStagedCommunicator staged(mpi);
+  const int p = mpi.size(), r = mpi.rank();
+  double values[3] = {0.5 * (r + 1), -double(r), 1e-300};
+  staged.all_reduce_values(values, 3, ReduceOp::sum);
+  EXPECT_EQ(values[0], 0.25 * p * (p + 1));
+  EXPECT_EQ(values[1], -0.5 * p * (p - 1));
+  EXPECT_EQ(values[2], 1e-300 * p);
+  double top = r;
+  staged.all_reduce_values(&top, 1, ReduceOp::max);
+  EXPECT_EQ(top, double(p - 1));
+  EXPECT_EQ(staged.stats()[CommOp::all_reduce].calls, 2);
+  EXPECT_EQ(staged.stats()[CommOp::all_reduce].bytes, int64_t(4 * sizeof(double)));
+  EXPECT_EQ(mpi.stats()[CommOp::all_reduce].calls, 2);
+}
+
 }  // namespace
 }  // namespace taco
