@@ -243,7 +243,8 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   const GridCoord coord = s.grid->coord();
 
   // Compression: which codec each (layer, site) gets; every group's door below asks it.
-  s.policy = std::make_unique<CompressionPolicy>(config.compression, m.n_layer, config.source);
+  s.policy =
+      std::make_unique<CompressionPolicy>(config.compression, m.n_layer, m.d_model, config.source);
   if (s.grid->world_rank() == 0) {
     std::string table = s.policy->table();
     if (!table.empty() && table.back() == '\n') table.pop_back();
