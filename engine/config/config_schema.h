@@ -33,7 +33,7 @@ inline const Choices kFormats = names_of(kFp8Formats, fp8_format_name);
 inline const Choices kScales = names_of(kFp8ScaleModes, fp8_scales_name);
 inline const Choices kResume = {"false", "true", "auto"};
 inline const Choices kNonfinite = {"stop", "skip"};
-// and "auto" (stored as 0)
+// The group sizes a codec spec accepts, besides "auto" (stored as 0).
 inline const std::vector<int> kGroups(std::begin(kGroupSizes), std::end(kGroupSizes));
 
 // A field is a plain value or one of compression/'s enums (read and written by name; its Field
