@@ -138,8 +138,8 @@ class Codec {
 };
 
 // Builds the codec for canonical, validated options with a concrete group (not auto): a bad
-// option set is a bug in the caller (taco::Error); config input goes through
-// codec_options_from_spec first.
+// option set is a bug in the caller (taco::Error); config input goes through CompressionPolicy
+// first (compression/policy.h).
 std::unique_ptr<Codec> make_codec(const CodecOptions& options);
 
 }  // namespace taco

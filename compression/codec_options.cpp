@@ -52,25 +52,19 @@ bool parse_enum(std::string_view name, const E (&values)[N], const char* (*to_na
   return false;
 }
 
-constexpr CodecKind kKinds[] = {CodecKind::none, CodecKind::fp8_tensor, CodecKind::fp8_block,
-                                CodecKind::taco};
-constexpr Fp8Format kFormats[] = {Fp8Format::e4m3, Fp8Format::e5m2};
-constexpr Fp8Scales kScales[] = {Fp8Scales::dual, Fp8Scales::single, Fp8Scales::e8m0};
-constexpr GroupAxis kAxes[] = {GroupAxis::hidden, GroupAxis::token};
-
 }  // namespace
 
 bool parse_codec_kind(std::string_view name, CodecKind* out) {
-  return parse_enum(name, kKinds, codec_kind_name, out);
+  return parse_enum(name, kCodecKinds, codec_kind_name, out);
 }
 bool parse_fp8_format(std::string_view name, Fp8Format* out) {
-  return parse_enum(name, kFormats, fp8_format_name, out);
+  return parse_enum(name, kFp8Formats, fp8_format_name, out);
 }
 bool parse_fp8_scales(std::string_view name, Fp8Scales* out) {
-  return parse_enum(name, kScales, fp8_scales_name, out);
+  return parse_enum(name, kFp8ScaleModes, fp8_scales_name, out);
 }
 bool parse_group_axis(std::string_view name, GroupAxis* out) {
-  return parse_enum(name, kAxes, group_axis_name, out);
+  return parse_enum(name, kGroupAxes, group_axis_name, out);
 }
 
 bool is_group_size(int group) {
@@ -111,24 +105,9 @@ std::string validate(const CodecOptions& o, bool allow_auto_group) {
   return "";
 }
 
-CodecOptions codec_options_from_spec(const CodecSpec& spec, const std::string& where) {
-  CodecOptions o;
-  if (!parse_codec_kind(spec.codec, &o.kind)) {
-    throw UserError(where + ": codec: unknown codec '" + spec.codec +
-                    "'; use none, fp8_tensor, fp8_block or taco");
-  }
-  if (!parse_fp8_format(spec.format, &o.format)) {
-    throw UserError(where + ": format: unknown FP8 format '" + spec.format + "'; use e4m3 or e5m2");
-  }
-  if (!parse_fp8_scales(spec.scales, &o.scales)) {
-    throw UserError(where + ": scales: unknown scale mode '" + spec.scales +
-                    "'; use dual, single or e8m0");
-  }
-  o.group = spec.group;
-  o = canonical(o);
-  const std::string problem = validate(o, /*allow_auto_group=*/true);
-  if (!problem.empty()) throw UserError(where + ": group: " + problem);
-  return o;
+CodecOptions codec_options_from_spec(const CodecSpec& spec) {
+  return canonical(
+      CodecOptions{spec.codec, spec.format, spec.group, spec.scales, GroupAxis::hidden});
 }
 
 std::string describe(const CodecOptions& o) {

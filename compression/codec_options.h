@@ -27,6 +27,13 @@ enum class GroupAxis : uint8_t { hidden = 0, token = 1 };
 constexpr int kAutoGroup = 0;
 constexpr int kGroupSizes[] = {32, 64, 128, 256, 512};
 
+// Every value of each enum, in the order that lists and messages name them.
+constexpr CodecKind kCodecKinds[] = {CodecKind::none, CodecKind::fp8_tensor, CodecKind::fp8_block,
+                                     CodecKind::taco};
+constexpr Fp8Format kFp8Formats[] = {Fp8Format::e4m3, Fp8Format::e5m2};
+constexpr Fp8Scales kFp8ScaleModes[] = {Fp8Scales::dual, Fp8Scales::single, Fp8Scales::e8m0};
+constexpr GroupAxis kGroupAxes[] = {GroupAxis::hidden, GroupAxis::token};
+
 struct CodecOptions {
   CodecKind kind = CodecKind::none;
   Fp8Format format = Fp8Format::e4m3;
@@ -46,9 +53,10 @@ CodecOptions canonical(CodecOptions options);
 // else what is wrong ("group 100 is not one of 32, 64, 128, 256, 512").
 std::string validate(const CodecOptions& options, bool allow_auto_group);
 
-// Parses a config CodecSpec. `where` names the key for the one-line UserError, e.g.
-// "configs/x.yaml:14: compression.rules[0]". Group 0 (auto) is allowed here.
-CodecOptions codec_options_from_spec(const CodecSpec& spec, const std::string& where);
+// The canonical options of a config CodecSpec, group 0 (auto) kept, axis hidden. The spec's
+// group is not checked here: CompressionPolicy checks every spec of a section first and names
+// its key (compression/policy.h).
+CodecOptions codec_options_from_spec(const CodecSpec& spec);
 
 // "none", "fp8_tensor e4m3", "fp8_block e5m2 g64 token", "taco e4m3 g128 dual hidden",
 // "taco e4m3 auto dual" (auto: group and axis left to calibration).

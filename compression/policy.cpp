@@ -2,11 +2,31 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "compression/spec.h"
 #include "kernels/check.h"
 
 namespace taco {
+
+namespace {
+
+// "SOURCE[:LINE]: KEY: PROBLEM" (appended piece by piece: GCC 12 warns, wrongly, on
+// `":" + std::to_string(line)` here).
+std::string error_line(const std::string& source, int line, const std::string& key,
+                       const std::string& problem) {
+  std::string out = source;
+  if (line > 0) out.append(":").append(std::to_string(line));
+  return out.append(": ").append(key).append(": ").append(problem);
+}
+
+}  // namespace
+
+CompressionError::CompressionError(const std::string& source, int line, std::string key,
+                                   std::string problem)
+    : UserError(error_line(source, line, key, problem)),
+      key_(std::move(key)),
+      problem_(std::move(problem)) {}
 
 namespace {
 
@@ -17,34 +37,75 @@ struct ParsedRule {
   CodecOptions options;
 };
 
-ParsedRule parse_rule(const CompressionRule& rule, size_t index, int n_layer,
-                      const std::string& source) {
-  std::string where = source;
-  if (rule.line > 0) where.append(":").append(std::to_string(rule.line));
-  where.append(": compression.rules[").append(std::to_string(index)).append("]");
-  ParsedRule p;
-  p.layers.assign(size_t(n_layer), false);
-  try {
-    for (int l : parse_layer_ranges(rule.layers, n_layer)) p.layers[size_t(l)] = true;
-  } catch (const UserError& e) {
-    throw UserError(where + ": layers: " + e.what());
+// Checks a section and turns its rules into ParsedRules; every failure is a CompressionError
+// naming the key to change.
+class SectionReader {
+ public:
+  SectionReader(int n_layer, int d_model, const std::string& source)
+      : n_layer_(n_layer), d_model_(d_model), source_(source) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& problem, int line = 0) const {
+    throw CompressionError(source_, line, key, problem);
   }
-  p.all_layers = std::all_of(p.layers.begin(), p.layers.end(), [](bool b) { return b; });
-  if (rule.sites.empty()) p.sites.fill(true);
-  for (const std::string& name : rule.sites) {
-    Site site;
-    if (!parse_site(name, &site)) {
-      throw UserError(where + ": sites: unknown site '" + name + "'; sites are " + site_list());
+
+  // `key` names the spec: "compression.default" or "compression.rules[i]".
+  CodecOptions options(const CodecSpec& spec, const std::string& key, int line) const {
+    const bool grouped = spec.codec == CodecKind::fp8_block || spec.codec == CodecKind::taco;
+    if (grouped && spec.group != kAutoGroup) {
+      // Block-wise codecs cut the hidden dimension into groups of `group` values.
+      if (!is_group_size(spec.group))
+        fail(key + ".group",
+             std::to_string(spec.group) +
+                 " is not a supported group size; expected 32, 64, 128, 256, 512 or auto",
+             line);
+      if (d_model_ % spec.group != 0)
+        fail(key + ".group",
+             std::to_string(spec.group) + " does not divide model.d_model = " +
+                 std::to_string(d_model_) + "; expected a group size that divides d_model, or auto",
+             line);
     }
-    if (!site_is_per_layer(site) && !p.all_layers) {
-      throw UserError(where + ": sites: " + name +
-                      " belongs to no layer, so a rule naming it needs layers: all");
-    }
-    p.sites[size_t(site)] = true;
+    // Names are enums and the group is checked: what is left cannot fail.
+    const CodecOptions o = codec_options_from_spec(spec);
+    const std::string problem = validate(o, /*allow_auto_group=*/true);
+    TACO_CHECK(problem.empty(), key + ": " + problem);
+    return o;
   }
-  p.options = codec_options_from_spec(rule.spec, where);
-  return p;
-}
+
+  ParsedRule rule(const CompressionRule& rule, size_t index) const {
+    const std::string key = "compression.rules[" + std::to_string(index) + "]";
+    ParsedRule p;
+    p.layers.assign(size_t(n_layer_), false);
+    try {
+      for (int l : parse_layer_ranges(rule.layers, n_layer_)) p.layers[size_t(l)] = true;
+    } catch (const UserError& e) {
+      fail(key + ".layers", e.what(), rule.line);
+    }
+    p.all_layers = std::all_of(p.layers.begin(), p.layers.end(), [](bool b) { return b; });
+    if (rule.sites.empty()) p.sites.fill(true);
+    for (size_t j = 0; j < rule.sites.size(); ++j) {
+      const std::string& name = rule.sites[j];
+      const std::string site_key = key + ".sites[" + std::to_string(j) + "]";
+      Site site;
+      if (!parse_site(name, &site))
+        fail(site_key, "unknown site '" + name + "'; expected one of " + site_list(), rule.line);
+      if (!site_is_per_layer(site) && !p.all_layers)
+        fail(site_key,
+             name +
+                 " belongs to no layer, so a rule naming it needs layers: all; expected layers: "
+                 "all, or " +
+                 name + " moved to a rule of its own with layers: all",
+             rule.line);
+      p.sites[size_t(site)] = true;
+    }
+    p.options = options(rule.spec, key, rule.line);
+    return p;
+  }
+
+ private:
+  int n_layer_;
+  int d_model_;
+  const std::string& source_;
+};
 
 // One character per distinct codec: '.' for none, then A-Z, a-z in order of appearance.
 class Legend {
@@ -82,7 +143,7 @@ constexpr Site kBlockSites[] = {Site::attn_in_fwd,  Site::attn_in_bwd, Site::att
 
 }  // namespace
 
-CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_layer,
+CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_layer, int d_model,
                                      const std::string& source)
     : n_layer_(n_layer),
       min_bytes_(section.min_bytes),
@@ -90,26 +151,35 @@ CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_la
       chunks_(section.chunks),
       per_layer_(size_t(std::max(n_layer, 0))) {
   if (n_layer < 1) throw UserError(source + ": model.n_layer must be at least 1");
-  if (section.min_bytes < 0) {
-    throw UserError(source + ": compression.min_bytes: " + std::to_string(section.min_bytes) +
-                    " is negative; use 0 to compress every message");
-  }
-  if (section.chunks < 0) {
-    throw UserError(source + ": compression.chunks: " + std::to_string(section.chunks) +
-                    " is negative; use auto or a number of pipeline pieces >= 1");
-  }
-  const CodecOptions fallback =
-      codec_options_from_spec(section.default_spec, source + ": compression.default");
+  const SectionReader read(n_layer, d_model, source);
+  if (section.min_bytes < 0)
+    read.fail("compression.min_bytes", std::to_string(section.min_bytes) +
+                                           " is negative; expected an integer >= 0 (0 "
+                                           "compresses every message)");
+  if (section.calibrate_steps < 0)
+    read.fail("compression.calibrate_steps",
+              std::to_string(section.calibrate_steps) + " is negative; expected an integer >= 0");
+  if (section.chunks < 0)
+    read.fail("compression.chunks", std::to_string(section.chunks) +
+                                        " is negative; expected auto or a number of pipeline "
+                                        "pieces >= 1");
+  const CodecOptions fallback = read.options(section.default_spec, "compression.default", 0);
   std::vector<ParsedRule> rules;
-  for (size_t i = 0; i < section.rules.size(); ++i) {
-    rules.push_back(parse_rule(section.rules[i], i, n_layer, source));
-  }
+  for (size_t i = 0; i < section.rules.size(); ++i) rules.push_back(read.rule(section.rules[i], i));
 
+  // The first spec that decides some (layer, site) with group auto, for the message below (a
+  // rule that every earlier rule shadows needs no calibration).
+  std::string auto_spec;
   auto first_match = [&](int layer, Site site) {
-    for (const ParsedRule& r : rules) {
+    for (size_t i = 0; i < rules.size(); ++i) {
+      const ParsedRule& r = rules[i];
       const bool layer_ok = layer < 0 ? r.all_layers : bool(r.layers[size_t(layer)]);
-      if (layer_ok && r.sites[size_t(site)]) return r.options;
+      if (!layer_ok || !r.sites[size_t(site)]) continue;
+      if (auto_spec.empty() && is_auto(r.options))
+        auto_spec = "compression.rules[" + std::to_string(i) + "]";
+      return r.options;
     }
+    if (auto_spec.empty() && is_auto(fallback)) auto_spec = "compression.default";
     return fallback;
   };
   for (Site site : all_sites()) {
@@ -119,11 +189,11 @@ CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_la
       model_wide_[size_t(site)] = first_match(-1, site);
     }
   }
-  if (!sites_to_calibrate().empty() && section.calibrate_steps <= 0) {
-    throw UserError(source +
-                    ": compression.calibrate_steps: a rule uses group: auto, so calibrate_steps "
-                    "must be at least 1 (the steps whose tensors choose the group)");
-  }
+  if (!auto_spec.empty() && section.calibrate_steps <= 0)
+    read.fail("compression.calibrate_steps",
+              std::to_string(section.calibrate_steps) + ", but " + auto_spec +
+                  " says group: auto; expected an integer >= 1 (the steps whose tensors choose "
+                  "the group)");
 }
 
 CodecOptions& CompressionPolicy::at(int layer, Site site) {

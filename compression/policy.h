@@ -13,6 +13,11 @@
 // site in its `sites` (empty = every site). Model-wide sites (embed.*, head.in.*, pp.*,
 // dp.grad) belong to no layer: only rules with layers "all" reach them, and a rule that names
 // one of them with a narrower layer range is rejected.
+//
+// Building the policy is the one check of a compression section beyond its YAML types: config
+// validation builds one at load time (engine/config/config_validate.cpp), so that every problem
+// is reported there with the file, line and key; the trainer builds it again from the checked
+// section.
 #pragma once
 
 #include <array>
@@ -22,19 +27,38 @@
 
 #include "compression/codec_options.h"
 #include "compression/sites.h"
+#include "kernels/check.h"
 
 namespace taco {
 
 struct CompressionSection;
+
+// A compression section that no policy can be built from. what() is one line
+// "SOURCE[:LINE]: KEY: PROBLEM" (LINE: the YAML line of the rule, when known); key() and problem()
+// let config validation place the same message at the key's own line or --set instead.
+class CompressionError : public UserError {
+ public:
+  // `key` as config messages write it ("compression.rules[2].sites[0]"); `problem` is
+  // "what is wrong; expected what".
+  CompressionError(const std::string& source, int line, std::string key, std::string problem);
+
+  const std::string& key() const { return key_; }
+  const std::string& problem() const { return problem_; }
+
+ private:
+  std::string key_;
+  std::string problem_;
+};
 
 // The group used while a site with group auto is still being calibrated.
 constexpr int kUncalibratedGroup = 128;
 
 class CompressionPolicy {
  public:
-  // Validates every rule against n_layer; a bad rule throws UserError naming `source` (the
-  // config file), the rule's YAML line and the key.
-  CompressionPolicy(const CompressionSection& section, int n_layer,
+  // Checks the section against the model (layer ranges below n_layer, groups that divide
+  // d_model, sites, calibration) and resolves it; the first problem throws CompressionError
+  // naming `source` (the config file). n_layer < 1 throws UserError.
+  CompressionPolicy(const CompressionSection& section, int n_layer, int d_model,
                     const std::string& source = "config");
 
   int n_layer() const { return n_layer_; }

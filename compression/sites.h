@@ -1,7 +1,7 @@
 // The communication sites of a training step (docs/design.md §3) as a typed enum for the hot path
 // (policy tables, statistics). Names, their order and the layer-range syntax come from
-// compression/spec.h (kSiteNames, site_index, parse_layer_ranges), which engine/config embeds, so
-// config validation and the policy read rules identically.
+// compression/spec.h (kSiteNames, site_index, parse_layer_ranges), which engine/config embeds;
+// config validation checks rules by building the CompressionPolicy (compression/policy.h).
 //
 // Per-layer sites, one instance per transformer block:
 //   attn.in.{fwd,bwd}  attn.out.{fwd,bwd}  mlp.in.{fwd,bwd}  mlp.out.{fwd,bwd}

@@ -1,7 +1,9 @@
 // What a YAML experiment file says about compression (docs/design.md §9), the names of the
 // communication sites (§3) and the layer-range syntax of rules: compression/ owns them, so the
-// policy needs nothing above it, and engine/config embeds them in its Config, so config
-// validation and the policy read rules identically.
+// policy needs nothing above it, and engine/config embeds them in its Config. engine/config reads
+// the YAML into these structs (names to enums); everything else about the section (layer ranges,
+// sites, groups, calibration) is checked once, by building the CompressionPolicy
+// (compression/policy.h), which config validation does at load time.
 #pragma once
 
 #include <array>
@@ -10,14 +12,21 @@
 #include <string_view>
 #include <vector>
 
+#include "compression/codec_options.h"
+
 namespace taco {
 
-// One codec choice: the codec and its options (only meaningful keys are kept per codec).
+// One codec choice as written: the codec and its options, every key kept whether the codec uses
+// it or not, so that the effective config.yaml writes back what was read (the policy takes the
+// canonical form, compression/codec_options.h). There is no axis key: a fixed group runs along
+// hidden, and calibration (group auto) chooses the axis.
 struct CodecSpec {
-  std::string codec = "none";   // none | fp8_tensor | fp8_block | taco
-  std::string format = "e4m3";  // e4m3 | e5m2
-  int group = 128;              // 32 | 64 | 128 | 256 | 512; 0 = auto (calibrated)
-  std::string scales = "dual";  // dual | single | e8m0
+  CodecKind codec = CodecKind::none;
+  Fp8Format format = Fp8Format::e4m3;
+  int group = 128;                     // 32 | 64 | 128 | 256 | 512; 0 = auto (calibrated)
+  Fp8Scales scales = Fp8Scales::dual;  // the paper's; fp8_block reads it as single
+
+  bool operator==(const CodecSpec&) const = default;
 };
 
 struct CompressionRule {

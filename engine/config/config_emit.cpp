@@ -52,6 +52,9 @@ std::string yaml_value(double d) { return number_text(d); }
 std::string yaml_value(int v) { return std::to_string(v); }
 std::string yaml_value(int64_t v) { return std::to_string(v); }
 std::string yaml_value(uint64_t v) { return std::to_string(v); }
+std::string yaml_value(CodecKind v) { return yaml_value(std::string(codec_kind_name(v))); }
+std::string yaml_value(Fp8Format v) { return yaml_value(std::string(fp8_format_name(v))); }
+std::string yaml_value(Fp8Scales v) { return yaml_value(std::string(fp8_scales_name(v))); }
 
 namespace {
 

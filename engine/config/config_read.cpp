@@ -1,6 +1,6 @@
 // The typed reading of a config tree: every key known, every value of its key's type, enum
-// values among their choices, and the five model keys present. Ranges come later
-// (config_validate.cpp).
+// values among their choices (the codec names into compression/'s enums), and the five model keys
+// present. Ranges come later (config_validate.cpp).
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/config/config_schema.h"
@@ -189,7 +190,7 @@ class Reader {
         return;
       }
       const auto group = parse_number<int>(text);
-      if (!group || std::find(kGroups.begin(), kGroups.end(), *group) == kGroups.end())
+      if (!group || !is_group_size(*group))
         fail(e, "'" + text + "' is not a supported group size", expected);
       out->group = *group;
       return;
@@ -307,6 +308,25 @@ class Reader {
     *out = scalar(e, expected);
     if (!choices.empty() && std::find(choices.begin(), choices.end(), *out) == choices.end())
       fail(e, "unknown value '" + *out + "'", expected);
+  }
+
+  // An enum of compression/, by its name (the field's choices are those names).
+  template <class E>
+  void read_enum(const Entry& e, const Choices& choices, bool (*parse)(std::string_view, E*),
+                 E* out) const {
+    const std::string expected = "one of " + join(choices, ", ");
+    const std::string text = scalar(e, expected);
+    if (!parse(text, out)) fail(e, "unknown value '" + text + "'", expected);
+  }
+
+  void read(const Entry& e, const Choices& choices, CodecKind* out) const {
+    read_enum(e, choices, parse_codec_kind, out);
+  }
+  void read(const Entry& e, const Choices& choices, Fp8Format* out) const {
+    read_enum(e, choices, parse_fp8_format, out);
+  }
+  void read(const Entry& e, const Choices& choices, Fp8Scales* out) const {
+    read_enum(e, choices, parse_fp8_scales, out);
   }
 
   const ConfigSource& source_;

@@ -130,6 +130,10 @@ std::string type_of(const Field<S>& f) {
     std::string operator()(double S::*) const { return "number"; }
     std::string operator()(bool S::*) const { return "true | false"; }
     std::string operator()(std::string S::*) const { return "string"; }
+    // Enums always list their choices (above).
+    std::string operator()(CodecKind S::*) const { return "string"; }
+    std::string operator()(Fp8Format S::*) const { return "string"; }
+    std::string operator()(Fp8Scales S::*) const { return "string"; }
   };
   return std::visit(Visitor{}, f.member);
 }
@@ -170,7 +174,7 @@ std::string compression_part() {
     const std::string path = "compression." + key;
     const KeyDoc* d = key_doc(path);
     std::string value;
-    if (key == "default") value = "`{ codec: " + defaults.default_spec.codec + " }`";
+    if (key == "default") value = "`{ codec: " + yaml_value(defaults.default_spec.codec) + " }`";
     if (key == "min_bytes") value = code(std::to_string(defaults.min_bytes));
     if (key == "calibrate_steps") value = code(std::to_string(defaults.calibrate_steps));
     if (key == "chunks")

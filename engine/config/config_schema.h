@@ -4,30 +4,43 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "compression/codec_options.h"
 #include "engine/config/config.h"
 
 namespace taco::config_detail {
 
 using Choices = std::vector<std::string>;
 
+// The names of every value of an enum that compression/ owns, in its order.
+template <class E, size_t N>
+Choices names_of(const E (&values)[N], const char* (*name)(E)) {
+  Choices out;
+  for (E v : values) out.emplace_back(name(v));
+  return out;
+}
+
 inline const Choices kBackends = {"auto", "nccl", "mpi"};
 inline const Choices kStagedReduce = {"auto", "native", "two_shot"};
 inline const Choices kPrecisions = {"auto", "fp32", "bf16"};
 inline const Choices kDevices = {"auto", "cpu", "cuda"};
-inline const Choices kCodecs = {"none", "fp8_tensor", "fp8_block", "taco"};
-inline const Choices kFormats = {"e4m3", "e5m2"};
-inline const Choices kScales = {"dual", "single", "e8m0"};
+inline const Choices kCodecs = names_of(kCodecKinds, codec_kind_name);
+inline const Choices kFormats = names_of(kFp8Formats, fp8_format_name);
+inline const Choices kScales = names_of(kFp8ScaleModes, fp8_scales_name);
 inline const Choices kResume = {"false", "true", "auto"};
 inline const Choices kNonfinite = {"stop", "skip"};
-inline const std::vector<int> kGroups = {32, 64, 128, 256, 512};  // and "auto" (stored as 0)
+// The group sizes a codec spec accepts, besides "auto" (stored as 0).
+inline const std::vector<int> kGroups(std::begin(kGroupSizes), std::end(kGroupSizes));
 
+// A field is a plain value or one of compression/'s enums (read and written by name; its Field
+// lists the names as choices).
 template <class S>
-using Member =
-    std::variant<int S::*, int64_t S::*, uint64_t S::*, double S::*, bool S::*, std::string S::*>;
+using Member = std::variant<int S::*, int64_t S::*, uint64_t S::*, double S::*, bool S::*,
+                            std::string S::*, CodecKind S::*, Fp8Format S::*, Fp8Scales S::*>;
 
 // One key of a section: its name, the struct field it fills, what it means (one or two sentences
 // for docs/config-reference.md and taco-train --help; never empty, tests/unit/
@@ -162,7 +175,8 @@ inline const std::vector<Field<LogSection>> kLogFields = {
      "Print every rank's lines, prefixed with the rank; false prints rank 0 only."},
 };
 
-// CodecSpec's `group` is not in this table: it reads "auto" as 0 and accepts only kGroups.
+// CodecSpec's `group` is not in this table: it reads "auto" as 0 and accepts only kGroups. The
+// other keys read their names into compression/'s enums.
 inline const std::vector<Field<CodecSpec>> kCodecFields = {
     {"codec", &CodecSpec::codec,
      "none: raw values on the backend's own collective; fp8_tensor: FP8, one scale per message; "
@@ -233,6 +247,9 @@ std::string yaml_value(double d);
 std::string yaml_value(int v);
 std::string yaml_value(int64_t v);
 std::string yaml_value(uint64_t v);
+std::string yaml_value(CodecKind v);
+std::string yaml_value(Fp8Format v);
+std::string yaml_value(Fp8Scales v);
 
 // The value of field `f` in `section`, as config_to_yaml writes it.
 template <class S>

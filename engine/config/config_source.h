@@ -62,7 +62,8 @@ std::string number_text(double value);
 // missing model keys).
 Config read_config(const ConfigSource& source);
 
-// Value ranges and the constraints between keys (sizes that must divide, layer ranges, sites).
+// Value ranges and the constraints between keys (sizes that must divide); the compression section
+// by building its CompressionPolicy (compression/policy.h), which checks ranges, sites and groups.
 void validate_config(const Config& config, const ConfigSource& source);
 
 }  // namespace taco::config_detail

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "compression/policy.h"
 #include "engine/config/config_schema.h"
 #include "engine/config/config_source.h"
 #include "kernels/check.h"
@@ -121,45 +122,14 @@ class Validator {
            "a number in [" + number_text(lo) + ", " + number_text(hi) + (closed ? "]" : ")"));
   }
 
+  // The compression section is checked by building its policy (compression/policy.h), the one
+  // place that knows its rules; its error is placed here at the key's line or --set.
   void compression() const {
-    const auto& s = c_.compression;
-    codec_spec("compression.default", s.default_spec);
-    at_least("compression.min_bytes", s.min_bytes, 0);
-    at_least("compression.calibrate_steps", s.calibrate_steps, 0);
-    if (s.chunks < 0)
-      fail("compression.chunks", std::to_string(s.chunks) + " is negative",
-           "an integer >= 1 or auto");
-    for (size_t i = 0; i < s.rules.size(); ++i) {
-      const CompressionRule& rule = s.rules[i];
-      const std::string path = index_path("compression.rules", i);
-      try {
-        parse_layer_ranges(rule.layers, c_.model.n_layer);
-      } catch (const UserError& e) {
-        throw UserError(
-            one_line(source_.where(path + ".layers") + ": " + path + ".layers: " + e.what()));
-      }
-      for (size_t j = 0; j < rule.sites.size(); ++j) {
-        if (site_index(rule.sites[j]) < 0)
-          fail(index_path(path + ".sites", j), "unknown site '" + rule.sites[j] + "'",
-               "one of " + site_list());
-      }
-      codec_spec(path, rule.spec);
+    try {
+      CompressionPolicy(c_.compression, c_.model.n_layer, c_.model.d_model, source_.name());
+    } catch (const CompressionError& e) {
+      throw UserError(one_line(source_.where(e.key()) + ": " + e.key() + ": " + e.problem()));
     }
-  }
-
-  // Block-wise codecs cut the hidden dimension into groups of `group` values.
-  void codec_spec(const std::string& path, const CodecSpec& spec) const {
-    const bool grouped = spec.codec == "fp8_block" || spec.codec == "taco";
-    if (grouped && spec.group != 0 && c_.model.d_model % spec.group != 0)
-      fail(path + ".group",
-           std::to_string(spec.group) +
-               " does not divide model.d_model = " + std::to_string(c_.model.d_model),
-           "a group size that divides d_model, or auto");
-  }
-
-  static std::string site_list() {
-    std::vector<std::string> names(kSiteNames.begin(), kSiteNames.end());
-    return join(names, ", ");
   }
 
   const Config& c_;

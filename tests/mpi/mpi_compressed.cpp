@@ -367,10 +367,10 @@ CompressionPolicy test_policy() {
   section.min_bytes = 4096;
   CompressionRule rule;
   rule.sites = {"attn.out.fwd"};
-  rule.spec.codec = "taco";
+  rule.spec.codec = CodecKind::taco;
   rule.spec.group = 64;
   section.rules.push_back(rule);
-  return CompressionPolicy(section, 2, "test.yaml");
+  return CompressionPolicy(section, 2, 512, "test.yaml");
 }
 
 Tensor host_tensor(std::vector<float>& v) {

@@ -412,9 +412,9 @@ TEST_F(DeviceCollectivesTest, PointToPointMatchesTheHostAlgorithmBitForBit) {
 // the host path's result and per-site accounting.
 TEST_F(DeviceCollectivesTest, SiteCommSendsDeviceTensorsThroughTheDevicePath) {
   CompressionSection section;
-  section.default_spec = CodecSpec{"taco", "e4m3", 128, "dual"};
+  section.default_spec = CodecSpec{CodecKind::taco, Fp8Format::e4m3, 128, Fp8Scales::dual};
   section.chunks = 2;
-  const CompressionPolicy policy(section, 1, "test");
+  const CompressionPolicy policy(section, 1, 512, "test");
   const MessageShape shape{64, 256};
   const size_t n = size_t(shape.count());
   const Bytes x = input_of(seed_, world_rank_, n, DType::bf16);

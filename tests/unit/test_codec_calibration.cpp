@@ -150,10 +150,10 @@ TEST_F(Calibration, ChoiceReplacesAutoGroupsInThePolicy) {
   section.calibrate_steps = 1;
   CompressionRule rule;
   rule.sites = {"attn.out.fwd"};
-  rule.spec.codec = "taco";
+  rule.spec.codec = CodecKind::taco;
   rule.spec.group = 0;  // auto
   section.rules = {rule};
-  CompressionPolicy policy(section, 2, "exp.yaml");
+  CompressionPolicy policy(section, 2, 512, "exp.yaml");
   ASSERT_EQ(policy.sites_to_calibrate(), std::vector<Site>{Site::attn_out_fwd});
   // Until calibrated, messages go out with the stand-in group along hidden.
   EXPECT_EQ(policy.resolve(1, Site::attn_out_fwd, 1 << 20).group, kUncalibratedGroup);

@@ -13,7 +13,10 @@
 
 namespace {
 
+using taco::CodecKind;
 using taco::Config;
+using taco::Fp8Format;
+using taco::Fp8Scales;
 using taco::load_config_text;
 
 const std::string kModel =
@@ -128,7 +131,7 @@ TEST(Config, EmbeddedDefaultLoads) {
   EXPECT_EQ(c.source, taco::kDefaultConfigName);
   EXPECT_EQ(c.model.n_layer, 4);
   EXPECT_EQ(c.train.global_batch_tokens, 4096);
-  EXPECT_EQ(c.compression.default_spec.codec, "none");
+  EXPECT_EQ(c.compression.default_spec.codec, CodecKind::none);
 }
 
 TEST(Config, OnlyModelIsRequiredAndEverythingElseTakesTheStructDefault) {
@@ -142,21 +145,22 @@ TEST(Config, RulesKeepTheirKeysAndLine) {
                                   "  rules:\n"
                                   "    - { layers: \"1-3\", sites: [attn.out.fwd, mlp.out.fwd],"
                                   " codec: taco, format: e4m3, group: auto, scales: e8m0 }\n"
-                                  "    - { layers: 0, sites: dp.grad, codec: fp8_block }\n"),
+                                  "    - { layers: 0, sites: mlp.in.bwd, codec: fp8_block }\n"
+                                  "  calibrate_steps: 5\n"),  // group: auto needs it
                        "r.yaml");
-  EXPECT_EQ(c.compression.default_spec.codec, "fp8_tensor");
-  EXPECT_EQ(c.compression.default_spec.format, "e5m2");
+  EXPECT_EQ(c.compression.default_spec.codec, CodecKind::fp8_tensor);
+  EXPECT_EQ(c.compression.default_spec.format, Fp8Format::e5m2);
   ASSERT_EQ(c.compression.rules.size(), 2u);
   const auto& r0 = c.compression.rules[0];
   EXPECT_EQ(r0.layers, "1-3");
   EXPECT_EQ(r0.sites, (std::vector<std::string>{"attn.out.fwd", "mlp.out.fwd"}));
-  EXPECT_EQ(r0.spec.codec, "taco");
+  EXPECT_EQ(r0.spec.codec, CodecKind::taco);
   EXPECT_EQ(r0.spec.group, 0);  // auto
-  EXPECT_EQ(r0.spec.scales, "e8m0");
+  EXPECT_EQ(r0.spec.scales, Fp8Scales::e8m0);
   EXPECT_EQ(r0.line, 5);
   const auto& r1 = c.compression.rules[1];
   EXPECT_EQ(r1.layers, "0");
-  EXPECT_EQ(r1.sites, std::vector<std::string>{"dp.grad"});
+  EXPECT_EQ(r1.sites, std::vector<std::string>{"mlp.in.bwd"});
   EXPECT_EQ(r1.spec.group, 128);  // unspecified keys take the CodecSpec defaults
   EXPECT_EQ(r1.line, 6);
 }
@@ -200,16 +204,21 @@ Config random_config(uint64_t seed) {
   c.train.device = "cpu";
   c.train.seed = rng();  // often above 2^63: the full uint64 range must survive
   c.data = {"data/a b/train_*.bin", ""};
-  c.compression.default_spec = {"fp8_block", "e5m2", 64, "single"};
+  c.compression.default_spec = {CodecKind::fp8_block, Fp8Format::e5m2, 64, Fp8Scales::single};
   c.compression.min_bytes = 1 << 20;
   c.compression.calibrate_steps = 7;
   c.compression.chunks = static_cast<int>(rng() % 9);  // 0 = auto
+  // Model-wide sites need a rule over every layer (6 here): "0-5" names them all.
   taco::CompressionRule rule;
-  rule.layers = "0,2-3";
+  rule.layers = "0-5";
   rule.sites = {"attn.out.fwd", "mlp.out.fwd", "attn.in.bwd", "mlp.in.bwd",
                 "head.in.fwd",  "embed.fwd",   "pp.act",      "dp.grad"};
-  rule.spec = {"taco", "e4m3", 0, "dual"};
-  c.compression.rules = {rule, taco::CompressionRule{}};
+  rule.spec = {CodecKind::taco, Fp8Format::e4m3, 0, Fp8Scales::dual};
+  taco::CompressionRule some_layers;
+  some_layers.layers = "0,2-3";
+  some_layers.sites = {"attn.out.fwd", "mlp.in.bwd"};
+  some_layers.spec = {CodecKind::fp8_tensor, Fp8Format::e5m2, 256, Fp8Scales::e8m0};
+  c.compression.rules = {rule, some_layers, taco::CompressionRule{}};
   c.checkpoint = {"ckpt: here", 50, 2, "auto"};
   c.log = {5, 25, 3, true};
   return c;
@@ -246,16 +255,17 @@ TEST(Config, OverridesApplyInOrderAsIfWrittenInTheFile) {
       "o.yaml",
       {"train.lr=1e-2", "train.lr=3e-4", "parallel.tp=2", "compression.default.codec=taco",
        "data.train=\"a b\"", "data.val=x y", "checkpoint.dir=", "log.all_ranks=true",
-       "compression.rules.0.group=auto", "compression.rules.0.sites=[mlp.out.fwd, attn.out.fwd]"});
+       "compression.rules.0.group=auto", "compression.rules.0.sites=[mlp.out.fwd, attn.out.fwd]",
+       "compression.calibrate_steps=2"});
   EXPECT_EQ(c.train.lr, 3e-4);
   EXPECT_EQ(c.parallel.tp, 2);
-  EXPECT_EQ(c.compression.default_spec.codec, "taco");
+  EXPECT_EQ(c.compression.default_spec.codec, CodecKind::taco);
   EXPECT_EQ(c.data.train, "a b");
   EXPECT_EQ(c.data.val, "x y");
   EXPECT_EQ(c.checkpoint.dir, "");
   EXPECT_TRUE(c.log.all_ranks);
   ASSERT_EQ(c.compression.rules.size(), 1u);
-  EXPECT_EQ(c.compression.rules[0].spec.codec, "taco");
+  EXPECT_EQ(c.compression.rules[0].spec.codec, CodecKind::taco);
   EXPECT_EQ(c.compression.rules[0].spec.group, 0);
   EXPECT_EQ(c.compression.rules[0].sites,
             (std::vector<std::string>{"mlp.out.fwd", "attn.out.fwd"}));
@@ -270,7 +280,7 @@ TEST(Config, OverrideCanReplaceAListAndCreateMissingSections) {
   EXPECT_EQ(c.model.n_layer, 2);
   EXPECT_EQ(c.train.global_batch_tokens, 256);
   ASSERT_EQ(c.compression.rules.size(), 1u);
-  EXPECT_EQ(c.compression.rules[0].spec.codec, "fp8_block");
+  EXPECT_EQ(c.compression.rules[0].spec.codec, CodecKind::fp8_block);
   EXPECT_EQ(c.compression.rules[0].spec.group, 64);
   EXPECT_EQ(c.compression.rules[0].line, 0);  // written by --set, not on a line of the file
 }
@@ -488,6 +498,30 @@ const std::vector<BadInput> kBadInputs = {
   {"LayerBeyondModel", with_model("compression:\n  rules:\n    - { layers: \"0,2-4\" }\n"), {},
    "bad.yaml:4: ", {"compression.rules[0].layers: \"0,2-4\" names layer 4 but model.n_layer = 4",
                     "of layers 0..3"}},
+  // Checked by the policy (compression/policy.cpp) and, since the config builds it, at load time.
+  {"ModelWideSiteOnSomeLayers",
+   with_model("compression:\n  rules:\n    - layers: \"0-1\"\n"
+              "      sites: [mlp.out.fwd, dp.grad]\n"),
+   {}, "bad.yaml:5: ",
+   {"compression.rules[0].sites[1]: dp.grad belongs to no layer, so a rule naming it needs "
+    "layers: all", "expected layers: all"}},
+  {"ModelWideSiteOnSomeLayersOverride", kModel,
+   {"compression.rules=[{layers: \"1\", sites: [pp.act]}]"},
+   "bad.yaml: --set compression.rules: ",
+   {"compression.rules[0].sites[0]: pp.act belongs to no layer"}},
+  {"GroupAutoWithoutCalibrationSteps",
+   with_model("compression:\n  calibrate_steps: 0\n  rules:\n"
+              "    - { layers: all, codec: taco, group: auto }\n"),
+   {}, "bad.yaml:3: ",
+   {"compression.calibrate_steps: 0, but compression.rules[0] says group: auto",
+    "expected an integer >= 1"}},
+  {"GroupAutoDefaultWithoutCalibrationSteps",
+   with_model("compression:\n  default: { codec: fp8_block, group: auto }\n"), {},
+   "bad.yaml:2: ",
+   {"compression.calibrate_steps: 0, but compression.default says group: auto",
+    "expected an integer >= 1"}},
+  {"NegativeMinBytes", with_model("compression: { min_bytes: -1 }\n"), {}, "bad.yaml:2: ",
+   {"compression.min_bytes: -1 is negative", "expected an integer >= 0"}},
   {"ChunksZero", with_model("compression: { chunks: 0 }\n"), {}, "bad.yaml:2: ",
    {"compression.chunks: '0' is not a number of pipeline pieces",
     "expected an integer >= 1 or auto"}},

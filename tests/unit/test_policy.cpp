@@ -12,13 +12,17 @@ using namespace taco;
 
 namespace {
 
+// A width that every group size divides.
+constexpr int kDModel = 512;
+
+// A spec by the names a config file uses.
 CodecSpec spec(const std::string& codec, int group = 128, const std::string& scales = "dual",
                const std::string& format = "e4m3") {
   CodecSpec s;
-  s.codec = codec;
+  EXPECT_TRUE(parse_codec_kind(codec, &s.codec)) << codec;
   s.group = group;
-  s.scales = scales;
-  s.format = format;
+  EXPECT_TRUE(parse_fp8_scales(scales, &s.scales)) << scales;
+  EXPECT_TRUE(parse_fp8_format(format, &s.format)) << format;
   return s;
 }
 
@@ -37,9 +41,10 @@ CodecOptions taco_g(int group, Fp8Scales scales = Fp8Scales::dual) {
 }
 
 // The UserError message of building a policy from `section`, or "".
-std::string policy_error(const CompressionSection& section, int n_layer = 4) {
+std::string policy_error(const CompressionSection& section, int n_layer = 4,
+                         int d_model = kDModel) {
   try {
-    CompressionPolicy p(section, n_layer, "exp.yaml");
+    CompressionPolicy p(section, n_layer, d_model, "exp.yaml");
   } catch (const UserError& e) {
     return e.what();
   }
@@ -51,7 +56,7 @@ std::string policy_error(const CompressionSection& section, int n_layer = 4) {
 TEST(Policy, DefaultAppliesWhereNoRuleMatches) {
   CompressionSection c;
   c.default_spec = spec("taco");
-  CompressionPolicy p(c, 3);
+  CompressionPolicy p(c, 3, kDModel);
   for (Site site : all_sites()) {
     for (int layer = 0; layer < 3; ++layer) EXPECT_EQ(p.configured(layer, site), taco_g(128));
   }
@@ -62,7 +67,7 @@ TEST(Policy, FirstMatchingRuleWins) {
   c.rules = {rule("1-2", {"attn.out.fwd"}, spec("fp8_block", 64)),
              rule("all", {"attn.out.fwd", "mlp.out.fwd"}, spec("taco", 256, "single")),
              rule("2", {"attn.out.fwd"}, spec("fp8_tensor"))};  // shadowed by the first rule
-  CompressionPolicy p(c, 4);
+  CompressionPolicy p(c, 4, kDModel);
   const CodecOptions block{CodecKind::fp8_block, Fp8Format::e4m3, 64, Fp8Scales::single,
                            GroupAxis::hidden};
   EXPECT_EQ(p.configured(0, Site::attn_out_fwd), taco_g(256, Fp8Scales::single));
@@ -78,7 +83,7 @@ TEST(Policy, FirstMatchingRuleWins) {
 TEST(Policy, RuleWithoutSitesCoversEveryPerLayerSiteOfItsLayers) {
   CompressionSection c;
   c.rules = {rule("0,3", {}, spec("taco"))};
-  CompressionPolicy p(c, 4);
+  CompressionPolicy p(c, 4, kDModel);
   for (Site site : all_sites()) {
     if (!site_is_per_layer(site)) {
       // A rule limited to some layers cannot reach a site that belongs to no layer.
@@ -94,7 +99,7 @@ TEST(Policy, RuleWithoutSitesCoversEveryPerLayerSiteOfItsLayers) {
 TEST(Policy, ModelWideSitesFollowRulesForAllLayers) {
   CompressionSection c;
   c.rules = {rule("all", {"dp.grad", "pp.act"}, spec("fp8_block", 512))};
-  CompressionPolicy p(c, 2);
+  CompressionPolicy p(c, 2, kDModel);
   EXPECT_EQ(p.configured(-1, Site::dp_grad).kind, CodecKind::fp8_block);
   EXPECT_EQ(p.configured(-1, Site::pp_act).group, 512);
   EXPECT_EQ(p.configured(-1, Site::pp_grad), CodecOptions{});
@@ -104,7 +109,7 @@ TEST(Policy, MessagesBelowMinBytesGoUncompressed) {
   CompressionSection c;
   c.default_spec = spec("taco");
   c.min_bytes = 65536;
-  CompressionPolicy p(c, 2);
+  CompressionPolicy p(c, 2, kDModel);
   EXPECT_EQ(p.resolve(0, Site::mlp_out_fwd, 65535), CodecOptions{});
   EXPECT_EQ(p.resolve(0, Site::mlp_out_fwd, 65536), taco_g(128));
   EXPECT_EQ(p.min_bytes(), 65536);
@@ -112,23 +117,28 @@ TEST(Policy, MessagesBelowMinBytesGoUncompressed) {
 
 TEST(Policy, KeepsTheConfiguredPipelineChunks) {
   CompressionSection c;
-  EXPECT_EQ(CompressionPolicy(c, 1).chunks(), 0);  // auto
+  EXPECT_EQ(CompressionPolicy(c, 1, kDModel).chunks(), 0);  // auto
   c.chunks = 3;
-  EXPECT_EQ(CompressionPolicy(c, 1).chunks(), 3);
+  EXPECT_EQ(CompressionPolicy(c, 1, kDModel).chunks(), 3);
 }
 
 TEST(Policy, Fp8BlockIgnoresTheDualScaleDefault) {
   // CodecSpec defaults to scales: dual, which only TACO has; fp8_block keeps its one scale.
   CompressionSection c;
   c.default_spec = spec("fp8_block", 32);
-  CompressionPolicy p(c, 1);
+  CompressionPolicy p(c, 1, kDModel);
   EXPECT_EQ(p.configured(0, Site::attn_in_fwd).scales, Fp8Scales::single);
 }
 
+// The same checks run at config load, where the config names the key's own line
+// (tests/unit/test_config.cpp); built directly, the policy names the rule's line. Codec, format
+// and scale names cannot be wrong here: CodecSpec holds enums, and the config reader rejects an
+// unknown name (test_config.cpp, BadCodec, BadFormat, BadScales).
 TEST(Policy, RejectsBadRulesWithOneLineNamingFileLineAndKey) {
   struct Case {
     CompressionSection section;
     std::string expect;
+    int d_model = kDModel;
   };
   auto with_rule = [](CompressionRule r) {
     CompressionSection c;
@@ -139,38 +149,61 @@ TEST(Policy, RejectsBadRulesWithOneLineNamingFileLineAndKey) {
   negative.min_bytes = -1;
   CompressionSection negative_chunks;
   negative_chunks.chunks = -1;
+  CompressionSection negative_steps;
+  negative_steps.calibrate_steps = -2;
   CompressionSection auto_without_steps = with_rule(rule("all", {}, spec("taco", 0), 9));
-  CompressionSection bad_default;
-  bad_default.default_spec = spec("taco", 128, "triple");
+  CompressionSection wide_default;
+  wide_default.default_spec = spec("fp8_block", 256, "single");
   const Case cases[] = {
       {with_rule(rule("all", {"attn.outt.fwd"}, spec("taco"), 12)),
-       "exp.yaml:12: compression.rules[0]: sites: unknown site 'attn.outt.fwd'; sites are "
+       "exp.yaml:12: compression.rules[0].sites[0]: unknown site 'attn.outt.fwd'; expected one of "
        "embed.fwd, embed.bwd"},
       {with_rule(rule("2-7", {}, spec("taco"), 5)),
-       "exp.yaml:5: compression.rules[0]: layers: \"2-7\" names layer 7 but model.n_layer = 4"},
-      {with_rule(rule("0-1", {"dp.grad"}, spec("taco"), 3)),
-       "exp.yaml:3: compression.rules[0]: sites: dp.grad belongs to no layer, so a rule naming it "
-       "needs layers: all"},
-      {with_rule(rule("all", {}, spec("zstd"), 4)),
-       "exp.yaml:4: compression.rules[0]: codec: unknown codec 'zstd'; use none, fp8_tensor, "
-       "fp8_block or taco"},
+       "exp.yaml:5: compression.rules[0].layers: \"2-7\" names layer 7 but model.n_layer = 4"},
+      {with_rule(rule("0-1", {"mlp.out.fwd", "dp.grad"}, spec("taco"), 3)),
+       "exp.yaml:3: compression.rules[0].sites[1]: dp.grad belongs to no layer, so a rule naming "
+       "it needs layers: all; expected layers: all"},
       {with_rule(rule("all", {}, spec("taco", 100), 4)),
-       "exp.yaml:4: compression.rules[0]: group: group 100 is not one of 32, 64, 128, 256, 512 or "
-       "auto"},
-      {with_rule(rule("all", {}, spec("taco", 128, "dual", "e3m4"), 4)),
-       "exp.yaml:4: compression.rules[0]: format: unknown FP8 format 'e3m4'; use e4m3 or e5m2"},
-      {bad_default,
-       "exp.yaml: compression.default: scales: unknown scale mode 'triple'; use dual, single or "
-       "e8m0"},
+       "exp.yaml:4: compression.rules[0].group: 100 is not a supported group size; expected 32, "
+       "64, 128, 256, 512 or auto"},
+      {wide_default,
+       "exp.yaml: compression.default.group: 256 does not divide model.d_model = 384; expected a "
+       "group size that divides d_model, or auto",
+       384},
       {negative, "exp.yaml: compression.min_bytes: -1 is negative"},
       {negative_chunks, "exp.yaml: compression.chunks: -1 is negative"},
-      {auto_without_steps, "exp.yaml: compression.calibrate_steps: a rule uses group: auto"},
+      {negative_steps, "exp.yaml: compression.calibrate_steps: -2 is negative"},
+      {auto_without_steps,
+       "exp.yaml: compression.calibrate_steps: 0, but compression.rules[0] says group: auto"},
   };
   for (const Case& c : cases) {
-    const std::string msg = policy_error(c.section);
+    const std::string msg = policy_error(c.section, 4, c.d_model);
     EXPECT_EQ(msg.rfind(c.expect, 0), 0u) << "got:  " << msg << "\nwant: " << c.expect;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
+}
+
+// The error keeps its key and problem apart, for config validation to place at the key's line.
+TEST(Policy, ErrorsCarryTheirKeyAndProblem) {
+  CompressionSection c;
+  c.rules = {rule("all", {"mlp.out.fwd", "attn.outt.fwd"}, spec("taco"), 7)};
+  try {
+    CompressionPolicy p(c, 2, kDModel, "exp.yaml");
+    FAIL() << "unknown site accepted";
+  } catch (const CompressionError& e) {
+    EXPECT_EQ(e.key(), "compression.rules[0].sites[1]");
+    EXPECT_EQ(e.problem().rfind("unknown site 'attn.outt.fwd'; expected one of embed.fwd", 0), 0u)
+        << e.problem();
+    EXPECT_EQ(e.exit_code(), 2);
+  }
+}
+
+// A group auto that an earlier rule shadows everywhere is never used: nothing to calibrate.
+TEST(Policy, ShadowedAutoGroupNeedsNoCalibration) {
+  CompressionSection c;
+  c.rules = {rule("all", {}, spec("taco")), rule("all", {}, spec("taco", 0))};
+  EXPECT_EQ(policy_error(c), "");
+  EXPECT_TRUE(CompressionPolicy(c, 2, kDModel).sites_to_calibrate().empty());
 }
 
 TEST(Policy, TableShowsEveryLayerAndSiteWithALegend) {
@@ -179,7 +212,7 @@ TEST(Policy, TableShowsEveryLayerAndSiteWithALegend) {
   c.rules = {rule("1-3", {"attn.out.fwd", "mlp.out.fwd"}, spec("taco")),
              rule("3", {"mlp.in.bwd"}, spec("fp8_block", 64)),
              rule("all", {"dp.grad"}, spec("fp8_tensor", 128, "dual", "e5m2"))};
-  CompressionPolicy p(c, 5);
+  CompressionPolicy p(c, 5, kDModel);
   EXPECT_EQ(p.table(),
             "compression: first matching rule wins; messages under 1024 bytes go uncompressed\n"
             "  . none\n"
@@ -200,7 +233,7 @@ TEST(Policy, TableShowsEveryLayerAndSiteWithALegend) {
 TEST(Policy, TableWithoutAMinimumSaysEveryMessageIsCompressed) {
   CompressionSection c;
   c.default_spec = spec("taco");
-  const std::string table = CompressionPolicy(c, 2).table();
+  const std::string table = CompressionPolicy(c, 2, kDModel).table();
   EXPECT_EQ(table.rfind("compression: first matching rule wins; every message takes its codec "
                         "whatever its size (compression.min_bytes 0)\n",
                         0),
@@ -213,7 +246,7 @@ TEST(Policy, AutoGroupsWaitForCalibration) {
   CompressionSection c;
   c.calibrate_steps = 10;
   c.rules = {rule("all", {"mlp.out.fwd", "dp.grad"}, spec("taco", 0))};
-  CompressionPolicy p(c, 2);
+  CompressionPolicy p(c, 2, kDModel);
   const std::vector<Site> pending{Site::mlp_out_fwd, Site::dp_grad};
   EXPECT_EQ(p.sites_to_calibrate(), pending);
   EXPECT_EQ(p.configured(0, Site::mlp_out_fwd).group, kAutoGroup);

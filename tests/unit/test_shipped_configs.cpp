@@ -68,7 +68,7 @@ TEST(ShippedConfigs, EveryYamlLoadsBuildsItsPolicyAndFitsItsOwnWorldSize) {
     Config c;
     ASSERT_NO_THROW(c = load_config_file(path));
     EXPECT_EQ(c.run.name + ".yaml", f) << "run.name names the file, so runs do not collide";
-    EXPECT_NO_THROW(CompressionPolicy(c.compression, c.model.n_layer, path));
+    EXPECT_NO_THROW(CompressionPolicy(c.compression, c.model.n_layer, c.model.d_model, path));
     const auto& p = c.parallel;
     EXPECT_NO_THROW(validate_grid({p.tp, p.pp, p.dp}, p.tp * p.pp * p.dp,
                                   {c.model.n_head, c.model.d_model, c.model.n_layer,
@@ -82,7 +82,7 @@ TEST(ShippedConfigs, TacoFlavoursCompressEveryTensorParallelSiteWithTacoG128Dual
     if (f.find("-taco") == std::string::npos) continue;
     SCOPED_TRACE(f);
     const Config c = load_config_file(configs_dir() + "/" + f);
-    const CompressionPolicy policy(c.compression, c.model.n_layer, f);
+    const CompressionPolicy policy(c.compression, c.model.n_layer, c.model.d_model, f);
     const bool calibrated = f.find("-auto") != std::string::npos;
     const CodecOptions want = taco_g128_dual(calibrated ? kAutoGroup : 128);
     EXPECT_EQ(describe(want), calibrated ? "taco e4m3 auto dual" : "taco e4m3 g128 dual hidden");
@@ -143,7 +143,7 @@ TEST(ShippedConfigs, EachFlavourKeepsItsBasesModelDataAndSchedule) {
       EXPECT_EQ(a.parallel.dp, b.parallel.dp);
     }
     EXPECT_EQ(b.compression.rules.size(), 0u) << "the base file sends everything uncompressed";
-    EXPECT_EQ(a.compression.default_spec.codec, "none");
+    EXPECT_EQ(a.compression.default_spec.codec, CodecKind::none);
   }
 }
 

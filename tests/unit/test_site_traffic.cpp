@@ -61,7 +61,7 @@ CompressionSection taco_on_layers(const std::string& layers) {
   CompressionRule r;
   r.layers = layers;
   r.sites = {"attn.out.fwd"};
-  r.spec.codec = "taco";
+  r.spec.codec = CodecKind::taco;
   c.rules = {r};
   return c;
 }
@@ -70,7 +70,7 @@ TEST(LayeredSiteComm, SplitsEachSitesAccountingByLayerAndResetsWithIt) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   MirrorCommunicator group;
-  const CompressionPolicy policy(taco_on_layers("1-2"), 4);
+  const CompressionPolicy policy(taco_on_layers("1-2"), 4, 512);
   LayeredSiteComm door(group, policy);
   door.measure_errors(true);
   // [8 tokens, 128 hidden] fp32: one taco group per row.

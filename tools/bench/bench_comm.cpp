@@ -136,7 +136,8 @@ CompressionPolicy policy_for(const std::string& name, const std::string& chunks)
   const Config cfg = load_config_text(kDefaultConfigYaml, "taco-bench comm --codecs",
                                       {"compression.default={codec: " + name + "}",
                                        "compression.min_bytes=0", "compression.chunks=" + chunks});
-  return CompressionPolicy(cfg.compression, cfg.model.n_layer, "taco-bench comm");
+  return CompressionPolicy(cfg.compression, cfg.model.n_layer, cfg.model.d_model,
+                           "taco-bench comm");
 }
 
 // The bench's own agreements travel on a communicator of their own (`ranks`), so the measured
