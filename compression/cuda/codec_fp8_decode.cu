@@ -351,7 +351,8 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     const bool any = stage < p.tiles;
     const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
     const uint32_t dst = codes_addr + slot * TS::kCodeBytes;
-#pragma unroll
+    // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
     for (int k = 0; k < kRows * kCopiesPerRow / kThreads; ++k) {
       const int i = k * kThreads + threadIdx.x, row = i / kCopiesPerRow, u = i % kCopiesPerRow;
       const bool valid = any && st.row0 + row < p.rows;
@@ -411,7 +412,8 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     __syncthreads();  // the stage's values are in the staging buffer
 
     // Whole rows out: row i / kChunksPerRow, 16-byte chunk i % kChunksPerRow.
-#pragma unroll
+    // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
     for (int k = 0; k < kRows * kChunksPerRow / kThreads; ++k) {
       const int i = k * kThreads + threadIdx.x, row = i / kChunksPerRow, q = i % kChunksPerRow;
       if (st.row0 + row < p.rows) {

@@ -259,7 +259,8 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     const bool any = stage < p.tiles;
     const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
     const uint32_t dst = values_addr + slot * kValueBytes;
-#pragma unroll
+    // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
     for (int k = 0; k < kRows * kChunksPerRow / kThreads; ++k) {
       const int i = k * kThreads + threadIdx.x, row = i / kChunksPerRow, q = i % kChunksPerRow;
       const bool valid = any && st.row0 + row < p.rows;
@@ -312,7 +313,8 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     __syncthreads();  // the stage's codes are in the staging buffer
 
     // Whole rows out: row i / 16, word i % 16 (a warp two 64-byte rows).
-#pragma unroll
+    // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
     for (int k = 0; k < kRows * 16 / kThreads; ++k) {
       const int i = k * kThreads + threadIdx.x, row = i / 16, w = i % 16;
       if (st.row0 + row < p.rows) {

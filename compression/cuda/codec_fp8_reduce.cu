@@ -68,8 +68,10 @@ constexpr int reduce_stage_shared(int count) {
 }
 constexpr int kReduceMaxShared = 160 * 1024;  // above (many messages, large G): the general kernel
 
+// Built for 2 blocks per multiprocessor: unbounded, ptxas gave it 169 registers at G = 128 (one
+// block per multiprocessor, whose barriers would leave it idle).
 template <int G>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     decode_sum_encode_token_stages_kernel(const uint8_t* __restrict__ in, uint64_t slot_bytes,
                                           int count, uint64_t size, WireExpectation expect,
                                           uint8_t* __restrict__ out, GroupParams p, HeaderParams hp,
@@ -96,7 +98,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int m = 0; m < count; ++m) {
       const uint8_t* codes_in = in + uint64_t(m) * slot_bytes + wire::kHeaderBytes;
       const uint32_t dst = ring_addr + (slot * count + m) * TS::kCodeBytes;
-#pragma unroll
+      // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
       for (int k = 0; k < kRows * kCopiesPerRow / kThreads; ++k) {
         const int i = k * kThreads + threadIdx.x, row = i / kCopiesPerRow, u = i % kCopiesPerRow;
         const bool valid = any && st.row0 + row < p.rows;
@@ -161,7 +164,8 @@ __global__ void __launch_bounds__(kThreads)
 
     // Whole rows out, as the encode's.
     uint8_t* codes_out = out + wire::kHeaderBytes;
-#pragma unroll
+    // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
     for (int k = 0; k < kRows * 16 / kThreads; ++k) {
       const int i = k * kThreads + threadIdx.x, row = i / 16, w = i % 16;
       if (st.row0 + row < p.rows) {
