@@ -6,6 +6,7 @@
 
 #include "compression/cuda/codec_fp8_device.h"
 #include "compression/cuda/group_decode.cuh"
+#include "compression/cuda/token_stage.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace taco::cuda {
@@ -314,6 +315,139 @@ struct DecodeArgs {
   cudaStream_t stream;
 };
 
+// Along tokens, staged through shared memory (token_stage.cuh), the mirror of the encode's: each
+// stage's codes come in through a ring of kCodeStages stages (cp.async of kCodeCopy bytes), its
+// groups are decoded in the along-hidden lanes (decode_loaded_tile) into a staging buffer of
+// output values (bf16 or fp32), and those go out as whole rows of 16-byte accesses (added to the
+// fp32 output where kAccumulate). Barriers as in encode_token_stages_kernel.
+template <class TOut, bool kAccumulate, int G, FixedOptions kFixed>
+__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
+    decode_token_stages_kernel(const uint8_t* __restrict__ in, uint64_t size,
+                               WireExpectation expect, TOut* __restrict__ out, GroupParams p,
+                               uint32_t* status, int64_t* nonfinite_groups) {
+  if (!block_accepts_header(in, size, expect, status)) return;  // the whole block returns
+  using TS = TokenStage<G>;
+  using S = typename TS::S;
+  constexpr int R = S::R, L = S::L, K = S::K, W = TS::W, kRows = TS::kRows;
+  constexpr int kStages = TS::kCodeStages, kCopy = TS::kCodeCopy, kCopiesPerRow = W / kCopy;
+  constexpr int E = int(sizeof(TOut)), kChunksPerRow = W * E / 16, kPerChunk = 16 / E;
+  constexpr bool kBf16 = E == 2;
+  static_assert(!kAccumulate || !kBf16, "decode-accumulate is fp32");
+  const Fp8Scales mode = codec_options<kFixed>(p).scales;
+
+  extern __shared__ uint4 stage_shared[];
+  uint8_t* const codes = reinterpret_cast<uint8_t*>(stage_shared);  // kStages x kCodeBytes
+  uint8_t* const values = codes + kStages * TS::kCodeBytes;         // kRows x W x E
+  const uint32_t codes_addr = detail::smem_addr(codes);
+  const uint8_t* codes_in = in + wire::kHeaderBytes;
+  const uint8_t* scales = in + p.scales_offset;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, li = lane % L;
+  int64_t poisoned_groups = 0;
+
+  // Stage `stage` into ring slot `slot`: row i / kCopiesPerRow, copy i % kCopiesPerRow (its
+  // first word u * kCopy / 4, which the swizzle moves as a whole) for i = threadIdx.x,
+  // + kThreads, ...; rows past the end (and stages past the last) zeros.
+  auto fetch = [&](int64_t stage, int slot) {
+    const bool any = stage < p.tiles;
+    const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
+    const uint32_t dst = codes_addr + slot * TS::kCodeBytes;
+    // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
+    for (int k = 0; k < kRows * kCopiesPerRow / kThreads; ++k) {
+      const int i = k * kThreads + threadIdx.x, row = i / kCopiesPerRow, u = i % kCopiesPerRow;
+      const bool valid = any && st.row0 + row < p.rows;
+      const uint8_t* src =
+          valid ? codes_in + (st.row0 + row) * p.cols + st.col0 + u * kCopy : codes_in;
+      const int word = (u * kCopy / 4) ^ TS::code_swizzle(row);
+      cp_async<kCopy>(dst + row * W + word * 4, src, valid);
+    }
+    cp_async_commit();
+  };
+
+  const int64_t step = gridDim.x;
+  int64_t stage = blockIdx.x;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) fetch(stage + s * step, s);
+  int slot = 0;
+  for (; stage < p.tiles; stage += step) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of this stage are done
+    __syncthreads();               // and every thread's
+    // into the slot read in the previous iteration
+    fetch(stage + (kStages - 1) * step, slot == 0 ? kStages - 1 : slot - 1);
+    const StageRef st = stage_at<W>(stage, kRows, p);
+    const uint8_t* src = codes + slot * TS::kCodeBytes;
+#pragma unroll 1
+    for (int pass = 0; pass < TS::kPasses; ++pass) {
+      const int gi = pass * TS::kGroupsPerPass + warp * S::kTilesPerWarp + lane / L;
+      const int block = gi / W, col = gi % W;  // the group's row block in the stage, column
+      const int first = block * G + li * K;    // the stage row of this lane's register 0
+      const int vs = TS::value_swizzle(first), cs = TS::code_swizzle(first);
+      const int64_t row0 = st.row0 + block * G;  // the group's first row in the message
+      TileRef t{0, 1, 0, 0, 1, li * K, false};
+      t.n = row0 < p.rows ? int(min(int64_t(G), p.rows - row0)) : 0;
+      t.full = t.n == G;
+      t.first_group = row0 / G * p.cols + st.col0 + col;
+      CodedTile<S> ct;
+#pragma unroll
+      for (int w = 0; w < R / 4; ++w) ct.packed[w] = 0;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        ct.packed[r / 4] |= uint32_t(src[TS::code_at(first + S::offset(r), col, cs)])
+                            << (8 * (r % 4));
+      }
+      ct.scale[0] = t.n > 0 ? read_scale(scales, t.first_group, p.num_groups, mode)
+                            : DecodeScale{1.f, 1.f, false};
+      float v[1][R];
+      decode_loaded_tile<S, false, false, false, kFixed, kBf16>(ct, t, li, p, v, poisoned_groups);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        uint8_t* dst = values + TS::template value_at<E>(first + S::offset(r), col, vs);
+        if constexpr (kBf16) {
+          *reinterpret_cast<uint16_t*>(dst) = to_bf16_bits(v[0][r]);
+        } else {
+          *reinterpret_cast<float*>(dst) = v[0][r];
+        }
+      }
+    }
+    __syncthreads();  // the stage's values are in the staging buffer
+
+    // Whole rows out: row i / kChunksPerRow, 16-byte chunk i % kChunksPerRow.
+    // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
+    for (int k = 0; k < kRows * kChunksPerRow / kThreads; ++k) {
+      const int i = k * kThreads + threadIdx.x, row = i / kChunksPerRow, q = i % kChunksPerRow;
+      if (st.row0 + row < p.rows) {
+        const uint4 chunk = *reinterpret_cast<const uint4*>(values + row * (E * W) +
+                                                            ((q ^ TS::value_swizzle(row)) << 4));
+        TOut* dst = out + (st.row0 + row) * p.cols + st.col0 + q * kPerChunk;
+        if constexpr (kAccumulate) {
+          const float4 o = *reinterpret_cast<const float4*>(dst);
+          *reinterpret_cast<float4*>(dst) = make_float4(
+              __fadd_rn(o.x, __uint_as_float(chunk.x)), __fadd_rn(o.y, __uint_as_float(chunk.y)),
+              __fadd_rn(o.z, __uint_as_float(chunk.z)), __fadd_rn(o.w, __uint_as_float(chunk.w)));
+        } else {
+          *reinterpret_cast<uint4*>(dst) = chunk;
+        }
+      }
+    }
+    slot = slot == kStages - 1 ? 0 : slot + 1;
+  }
+  cp_async_wait<0>();
+  add_count(nonfinite_groups, poisoned_groups);
+}
+
+template <class TOut, bool kAccumulate, int G, FixedOptions kFixed>
+void launch_decode_token_stages(const DecodeArgs& a, const GroupParams& p, TOut* out) {
+  using TS = TokenStage<G>;
+  constexpr auto kernel = decode_token_stages_kernel<TOut, kAccumulate, G, kFixed>;
+  constexpr int shared = TS::kCodeStages * TS::kCodeBytes + TS::kRows * TS::W * int(sizeof(TOut));
+  allow_stage_shared_memory<kernel>(shared);
+  const unsigned blocks = wave_grid<kernel>(p.tiles, 1, shared);
+  kernel<<<blocks, kThreads, shared, a.stream>>>(a.in, a.size, a.expect, out, p, a.status,
+                                                 a.nonfinite_groups);
+  TACO_LAUNCH_OK();
+}
+
 template <class TOut, int G, bool kTokens, bool kAccumulate, bool kWhole,
           FixedOptions kFixed = FixedOptions::none>
 void launch_decode_kernel(const DecodeArgs& a, const GroupParams& p, TOut* out) {
@@ -335,6 +469,14 @@ template <class TOut, int G, bool kTokens, bool kAccumulate>
 void launch_decode_groups(const DecodeArgs& a, TOut* out) {
   using S = DecodeShape<TOut, G, kTokens>;
   GroupParams p = a.p;
+  if constexpr (kTokens) {
+    if (p.tiles > 0 && token_stages_apply<G>(p, detail::aligned16(out))) {
+      set_token_stages<G>(p);
+      return with_fixed_options(p, [&](auto fixed) {
+        launch_decode_token_stages<TOut, kAccumulate, G, decltype(fixed)::value>(a, p, out);
+      });
+    }
+  }
   set_tiles<S, G, kTokens>(p, detail::aligned16(out));
   if constexpr (!kTokens && sizeof(TOut) == 2) {  // bf16 outputs (see CodedTile's kDeferred)
     if (p.whole_groups && p.vectorized) {

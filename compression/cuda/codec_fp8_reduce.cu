@@ -5,6 +5,7 @@
 // host's: decode_accumulate of each message into zeros, then encode of the fp32 sum.
 #include "compression/cuda/codec_fp8_device.h"
 #include "compression/cuda/group_decode.cuh"
+#include "compression/cuda/token_stage.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace taco::cuda {
@@ -108,6 +109,132 @@ __global__ void __launch_bounds__(kThreads)
   add_count(nonfinite_groups, poisoned_in);
 }
 
+// Along tokens, staged through shared memory (token_stage.cuh): each stage's codes of all
+// `count` messages come in at once (cp.async, one stage ahead: a ring of 2 stages of count code
+// tiles each), each group is decoded from every message in turn and summed in registers in the
+// along-hidden lanes, quantized (encode_tile_codes) into a staging buffer of codes, and those go
+// out as whole rows. The sums and the orders are the general kernel's. Barriers as in
+// encode_token_stages_kernel.
+constexpr int kReduceStages = 2;
+
+template <int G>
+constexpr int reduce_stage_shared(int count) {
+  return (kReduceStages * count + 1) * TokenStage<G>::kCodeBytes;
+}
+constexpr int kReduceMaxShared = 160 * 1024;  // above (many messages, large G): the general kernel
+
+// Built for 2 blocks per multiprocessor: unbounded, ptxas gave it 169 registers at G = 128 (one
+// block per multiprocessor, whose barriers would leave it idle).
+template <int G>
+__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
+    decode_sum_encode_token_stages_kernel(const uint8_t* __restrict__ in, uint64_t slot_bytes,
+                                          int count, uint64_t size, WireExpectation expect,
+                                          uint8_t* __restrict__ out, GroupParams p, HeaderParams hp,
+                                          uint32_t* status, int64_t* nonfinite_groups) {
+  // Every header first: no block writes anything from a rejected message.
+  if (!block_accepts_headers(in, slot_bytes, count, size, expect, status)) return;
+  using TS = TokenStage<G>;
+  using S = typename TS::S;
+  constexpr int R = S::R, L = S::L, K = S::K, W = TS::W, kRows = TS::kRows;
+  constexpr int kCopy = TS::kCodeCopy, kCopiesPerRow = W / kCopy;
+  write_header_and_padding(out, hp);
+
+  extern __shared__ uint4 stage_shared[];
+  uint8_t* const ring = reinterpret_cast<uint8_t*>(stage_shared);  // stages x count code tiles
+  uint8_t* const codes = ring + kReduceStages * count * TS::kCodeBytes;  // the sum's codes
+  const uint32_t ring_addr = detail::smem_addr(ring);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, li = lane % L;
+  int64_t poisoned_in = 0, poisoned_out = 0;  // out: counted when the sum is decoded
+
+  // Stage `stage`'s codes of every message into ring slot `slot` (as the decode's fetch).
+  auto fetch = [&](int64_t stage, int slot) {
+    const bool any = stage < p.tiles;
+    const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
+    for (int m = 0; m < count; ++m) {
+      const uint8_t* codes_in = in + uint64_t(m) * slot_bytes + wire::kHeaderBytes;
+      const uint32_t dst = ring_addr + (slot * count + m) * TS::kCodeBytes;
+      // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
+      for (int k = 0; k < kRows * kCopiesPerRow / kThreads; ++k) {
+        const int i = k * kThreads + threadIdx.x, row = i / kCopiesPerRow, u = i % kCopiesPerRow;
+        const bool valid = any && st.row0 + row < p.rows;
+        const uint8_t* src =
+            valid ? codes_in + (st.row0 + row) * p.cols + st.col0 + u * kCopy : codes_in;
+        const int word = (u * kCopy / 4) ^ TS::code_swizzle(row);
+        cp_async<kCopy>(dst + row * W + word * 4, src, valid);
+      }
+    }
+    cp_async_commit();
+  };
+
+  const int64_t step = gridDim.x;
+  int64_t stage = blockIdx.x;
+  fetch(stage, 0);
+  int slot = 0;
+  for (; stage < p.tiles; stage += step) {
+    cp_async_wait<0>();             // this thread's copies of this stage are done
+    __syncthreads();                // and every thread's
+    fetch(stage + step, slot ^ 1);  // into the slot read in the previous iteration
+    const StageRef st = stage_at<W>(stage, kRows, p);
+#pragma unroll 1
+    for (int pass = 0; pass < TS::kPasses; ++pass) {
+      const int gi = pass * TS::kGroupsPerPass + warp * S::kTilesPerWarp + lane / L;
+      const int block = gi / W, col = gi % W;  // the group's row block in the stage, column
+      const int first = block * G + li * K;    // the stage row of this lane's register 0
+      const int cs = TS::code_swizzle(first);
+      const int64_t row0 = st.row0 + block * G;  // the group's first row in the message
+      TileRef t{0, 1, 0, 0, 1, li * K, false};
+      t.n = row0 < p.rows ? int(min(int64_t(G), p.rows - row0)) : 0;
+      t.full = t.n == G;
+      t.first_group = row0 / G * p.cols + st.col0 + col;
+      float sum[1][R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) sum[0][r] = 0.f;
+      for (int m = 0; m < count; ++m) {
+        const uint8_t* src = ring + (slot * count + m) * TS::kCodeBytes;
+        CodedTile<S> ct;
+#pragma unroll
+        for (int w = 0; w < R / 4; ++w) ct.packed[w] = 0;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          ct.packed[r / 4] |= uint32_t(src[TS::code_at(first + S::offset(r), col, cs)])
+                              << (8 * (r % 4));
+        }
+        ct.scale[0] = t.n > 0 ? read_scale(in + uint64_t(m) * slot_bytes + p.scales_offset,
+                                           t.first_group, p.num_groups, p.scales)
+                              : DecodeScale{1.f, 1.f, false};
+        float v[1][R];
+        decode_loaded_tile<S, false>(ct, t, li, p, v, poisoned_in);
+#pragma unroll
+        for (int r = 0; r < R; ++r) sum[0][r] = __fadd_rn(sum[0][r], v[0][r]);
+      }
+      uint32_t packed[R / 4];
+      encode_tile_codes<S, false>(sum, t, li, p, out + p.scales_offset, poisoned_out, packed);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        codes[TS::code_at(first + S::offset(r), col, cs)] = uint8_t(byte_of(packed, r));
+      }
+    }
+    __syncthreads();  // the stage's codes are in the staging buffer
+
+    // Whole rows out, as the encode's.
+    uint8_t* codes_out = out + wire::kHeaderBytes;
+    // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
+    for (int k = 0; k < kRows * 16 / kThreads; ++k) {
+      const int i = k * kThreads + threadIdx.x, row = i / 16, w = i % 16;
+      if (st.row0 + row < p.rows) {
+        const uint32_t word = *reinterpret_cast<const uint32_t*>(
+            codes + row * W + ((w ^ TS::code_swizzle(row)) << 2));
+        *reinterpret_cast<uint32_t*>(codes_out + (st.row0 + row) * p.cols + st.col0 + w * 4) = word;
+      }
+    }
+    slot ^= 1;
+  }
+  cp_async_wait<0>();
+  add_count(nonfinite_groups, poisoned_in);
+}
+
 struct ReduceArgs {
   const uint8_t* in;
   uint64_t slot, size;
@@ -125,6 +252,20 @@ template <int G, bool kTokens>
 void launch(const ReduceArgs& a) {
   using S = TileShape<4, G, kTokens>;
   GroupParams p = a.p;
+  if constexpr (kTokens) {
+    const int shared = a.count <= 64 ? reduce_stage_shared<G>(a.count) : kReduceMaxShared + 1;
+    if (p.tiles > 0 && shared <= kReduceMaxShared &&
+        token_stages_apply<G>(p, /*values_aligned=*/true)) {
+      set_token_stages<G>(p);
+      constexpr auto kernel = decode_sum_encode_token_stages_kernel<G>;
+      allow_stage_shared_memory<kernel>(kReduceMaxShared);  // the most any count asks for
+      const unsigned blocks = wave_grid<kernel>(p.tiles, 1, shared);
+      kernel<<<blocks, kThreads, shared, a.stream>>>(a.in, a.slot, a.count, a.size, a.expect, a.out,
+                                                     p, a.hp, a.status, a.nonfinite_groups);
+      TACO_LAUNCH_OK();
+      return;
+    }
+  }
   set_tiles<S, G, kTokens>(p, /*aligned=*/true);  // slots and out are 16-byte aligned
   const unsigned blocks = wave_grid<decode_sum_encode_kernel<G, kTokens>>(
       p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, 0);

@@ -211,17 +211,19 @@ __device__ __forceinline__ void quantize_column(const float (&v)[S::R], const Qu
 // of a message, counting poisoned groups (a non-finite value) into `poisoned_groups`. kWhole: t
 // comes from tile_at<..., kWhole = true> (n is G or, past the last tile, 0, with zeros in v) and
 // p.vectorized holds. kFixed: options fixed at compile time (codec_options).
+// encode_tile_codes: all of it but the store of the codes, which are left in `packed` (tokens
+// [r][c], hidden [r]; byte i of the array is register i's code), for callers that stage them.
 template <class S, bool kTokens, bool kWhole = false, FixedOptions kFixed = FixedOptions::none>
-__device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRef& t, int li,
-                                            const GroupParams& p, uint8_t* codes_out,
-                                            uint8_t* scales, int64_t& poisoned_groups) {
-  constexpr int R = S::R, L = S::L, K = S::K, C = S::C, kRun = S::kRun;
+__device__ __forceinline__ void encode_tile_codes(float (&v)[S::C][S::R], const TileRef& t, int li,
+                                                  const GroupParams& p, uint8_t* scales,
+                                                  int64_t& poisoned_groups,
+                                                  uint32_t (&packed)[S::R * S::C / 4]) {
+  constexpr int R = S::R, L = S::L, K = S::K, C = S::C;
   static_assert(L >= 2, "a group's scale entries are stored by its lanes 0 and 1");
   const CodecOptions o = codec_options<kFixed>(p);
   const bool e8m0 = o.scales == Fp8Scales::e8m0;
   // Every group full (the transform on a past-the-end tile's zeros gives zeros, not stored).
   const bool full = kWhole || t.full;
-  uint32_t packed[R * C / 4];  // codes: tokens [r][c], hidden [r]
 #pragma unroll
   for (int w = 0; w < R * C / 4; ++w) packed[w] = 0;
 
@@ -306,6 +308,15 @@ __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRe
       }
     }
   }
+}
+
+template <class S, bool kTokens, bool kWhole = false, FixedOptions kFixed = FixedOptions::none>
+__device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRef& t, int li,
+                                            const GroupParams& p, uint8_t* codes_out,
+                                            uint8_t* scales, int64_t& poisoned_groups) {
+  constexpr int R = S::R, C = S::C, kRun = S::kRun;
+  uint32_t packed[R * C / 4];
+  encode_tile_codes<S, kTokens, kWhole, kFixed>(v, t, li, p, scales, poisoned_groups, packed);
 
   // Store the codes (payload index = element index).
   if constexpr (kTokens) {

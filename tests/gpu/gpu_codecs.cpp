@@ -225,6 +225,13 @@ const MessageShape kShapes[] = {
     {600, 72},    // tails of rows along tokens, vectorized columns
     {37, 512},    // whole groups along hidden, and tile counts that leave a warp's last lanes
                   // without a tile (G = 128: 148 tiles, 8 per warp)
+    // Along tokens, columns a multiple of 64 take the staged kernels (encode, decode, decode-
+    // accumulate, decode-sum-encode; compression/cuda/token_stage.cuh), other columns the
+    // general ones (and the fp32 encode at G = 512).
+    {261, 192},  // 2 * 128 + 5 rows: staged, with a tail group (and, for G < 128, row blocks of
+                 // the last stage past the end)
+    {261, 200},  // the same rows, 3 * 64 + 8 columns: the general kernels
+    {1, 64},     // staged, one row: every group a tail of one
 };
 
 TEST(CudaCodecs, EncodeDecodeAndAccumulateMatchTheCpuReferenceBitForBit) {
@@ -240,6 +247,29 @@ TEST(CudaCodecs, EncodeDecodeAndAccumulateMatchTheCpuReferenceBitForBit) {
         check_case<float>(*codec, shape, d, ++seed);
         check_case<bf16>(*codec, shape, d, ++seed);
         if (HasFailure()) return;  // one failing case tells the story; thousands would not
+      }
+    }
+  }
+}
+
+// The staged along-tokens kernels on a message of more stages than a wave of blocks (8229 rows x
+// 1024 columns: G = 128 gives 65 x 16 stages, several per block, so that each block's ring of
+// stages wraps around), ending with a tail group, for G = 32, 128 and 512 (their three stage
+// shapes: 4 row blocks a stage, 1 with 3 ring stages, 1 with 2).
+TEST(CudaCodecs, StagedTokenKernelsOnALargeMessageMatchTheCpuReference) {
+  TACO_SKIP_WITHOUT_GPU();
+  uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("first seed " + std::to_string(seed));
+  const MessageShape shape{8229, 1024};
+  for (int g : {32, 128, 512}) {
+    for (const CodecOptions& o :
+         {CodecOptions{CodecKind::taco, Fp8Format::e4m3, g, Fp8Scales::dual, GroupAxis::token},
+          CodecOptions{CodecKind::fp8_block, Fp8Format::e4m3, g, Fp8Scales::single,
+                       GroupAxis::token}}) {
+      const auto codec = make_codec(canonical(o));
+      for (Data d : {Data::gaussian, Data::nonfinite}) {
+        check_case<bf16>(*codec, shape, d, ++seed);
+        if (HasFailure()) return;
       }
     }
   }
@@ -298,6 +328,50 @@ TEST(CudaCodecs, DecodeSumEncodeMatchesTheHostDecodeAccumulateThenEncode) {
         }
         if (HasFailure()) return;
       }
+    }
+  }
+}
+
+// The staged decode-sum-encode along tokens on a message of more stages than a wave of blocks
+// (as above), p = 2 and 4 messages, against the host's decode_accumulate then encode.
+TEST(CudaCodecs, StagedTokenDecodeSumEncodeOnALargeMessageMatchesTheHost) {
+  TACO_SKIP_WITHOUT_GPU();
+  const WireContext ctx{"test", 0};
+  uint64_t seed = 2000;
+  const MessageShape shape{8229, 1024};
+  const size_t n = size_t(shape.count());
+  for (int g : {32, 128}) {
+    const auto codec = make_codec(canonical(
+        CodecOptions{CodecKind::taco, Fp8Format::e4m3, g, Fp8Scales::dual, GroupAxis::token}));
+    for (int p : {2, 4}) {
+      SCOPED_TRACE(describe(codec->name(), " p=", p));
+      const size_t size = codec->max_encoded_size(shape, DType::bf16);
+      const size_t slot = (size + 15) / 16 * 16;
+      std::vector<uint8_t> slots(size_t(p) * slot, 0);
+      std::vector<float> sum(n, 0.f);
+      int64_t nan_groups = 0;
+      for (int i = 0; i < p; ++i) {
+        const Data d = i == 1 ? Data::nonfinite : Data::gaussian;
+        const std::vector<bf16> x = test::to_bf16(make_data(d, shape, ++seed));
+        codec->encode(x.data(), shape, slots.data() + size_t(i) * slot, size);
+        nan_groups +=
+            codec->decode_accumulate(slots.data() + size_t(i) * slot, size, shape, sum.data(), ctx)
+                .nonfinite_groups;
+      }
+      const size_t out_size = codec->max_encoded_size(shape, DType::f32);
+      std::vector<uint8_t> ref(out_size);
+      codec->encode(sum.data(), shape, ref.data(), out_size);
+
+      DeviceArray<uint8_t> in(slots), out(out_size);
+      DeviceArray<float> scratch(n);
+      DeviceArray<uint32_t> status(std::vector<uint32_t>{0});
+      DeviceArray<int64_t> counter(std::vector<int64_t>{0});
+      codec->decode_sum_encode_async(in.get(), slot, p, size, shape, out.get(), scratch.get(),
+                                     nullptr, status.get(), counter.get());
+      EXPECT_EQ(status.download()[0], 0u);
+      EXPECT_EQ(count_byte_mismatches(out.download(), ref), 0u) << "re-encoded bytes";
+      EXPECT_EQ(counter.download()[0], nan_groups);
+      if (HasFailure()) return;
     }
   }
 }

@@ -1,0 +1,129 @@
+// The staged path of the grouped FP8 codecs along tokens (columns a multiple of W):
+// a block copies a stage of kRows rows x W columns into shared memory with coalesced 16-byte
+// copies, and its warps then take the stage's column groups out of shared memory in the lane
+// layout of the along-hidden path (tile.cuh: TileShape<2, G, false>, L lanes x R elements per
+// group, runs of K = 8), so that each group's transform, sum of squares, scales and rounding run
+// the along-hidden code. That code orders its butterflies and sums by group element, which is
+// what the CPU reference does for a group along tokens too (kernels/cpu/codec_fp8.cpp gathers it
+// into a contiguous row first), so the bytes stay the reference's. The other side (codes of the
+// encode, values of the decode) goes back through shared memory so that global writes are whole
+// rows of the stage.
+//
+// The general along-tokens kernels (a warp reading C columns of 32 rows, 16 bytes per row) stay
+// for every shape this path does not take.
+//
+// Shared memory layouts (both row-major, one stage row after the other):
+//   values, bf16 or fp32: 128 or 256 bytes a row (W = 64), 8 or 16 chunks of 16 bytes; chunk q
+//     of row `row` is stored at chunk q ^ value_swizzle(row) (< 8: within the row).
+//   codes, one byte each: 64 bytes a row, sixteen 4-byte words; word w of row `row` is stored at
+//     word w ^ code_swizzle(row).
+// Why: the L lanes of a group hold rows li * K + ... of one column, so that in one access of a
+// warp its lanes touch rows whose indices differ in the bits of li * K (the same row within each
+// run otherwise) and 32 / L adjacent columns (aligned to 32 / L). Rows 8 apart start in the same
+// bank, so without the swizzles the L lanes would hit the same banks (an L-way conflict). The
+// swizzles depend on (row / K) % L only (% min(L, 8) for values), which is li for every element of
+// lane li (a group starts at a multiple of G = R * L, and a run of K rows shares row / K), and move
+// each li to its own chunk (values; 32 / L columns are 64 / L bytes: L = 2 two chunks, 4 one, 8
+// half a chunk, 16 a word, the last with a 2-way conflict as only 8 chunks exist) or word (codes:
+// 32 / L bytes, an aligned block of 8 / L words or part of one word, XORed with li * 16 / L:
+// distinct words for every li, within the 16 banks that rows of one parity share). The block-wide
+// copies touch whole rows (eight lanes a 128-byte row, or sixteen words of a 64-byte row), which
+// any XOR within a row keeps conflict-free.
+#pragma once
+
+#include "compression/cuda/tile.cuh"
+#include "kernels/cuda/common.cuh"
+
+namespace taco::cuda::codec {
+
+template <int G>
+struct TokenStage {
+  using S = TileShape<2, G, false>;  // the along-hidden lanes of bf16 (K = 8)
+  static constexpr int R = S::R, L = S::L, K = S::K;
+  static constexpr int W = 64;                     // columns of a stage
+  static constexpr int kRows = G < 128 ? 128 : G;  // rows of a stage: whole groups
+  static constexpr int kGroups = kRows / G * W;    // groups of a stage
+  static constexpr int kGroupsPerPass = (kThreads / 32) * S::kTilesPerWarp;
+  static constexpr int kPasses = kGroups / kGroupsPerPass;
+  static constexpr int kCodeBytes = kRows * W;  // a stage of codes (values: kRows * W * E)
+  // Stages of the decode's input ring: 4 of 8 KB (G <= 128), else 2.
+  static constexpr int kCodeStages = kCodeBytes <= 8192 ? 4 : 2;
+  static constexpr int L8 = L < 8 ? L : 8;
+  // The bytes of one cp.async of codes: a whole number of words that the code swizzle keeps
+  // together (code_swizzle is a multiple of 16 / L words).
+  static constexpr int kCodeCopy = 4 * (16 / L < 4 ? 16 / L : 4);
+  static_assert(K == 8 && R % K == 0, "runs of 8 rows");
+  static_assert(L >= 2 && L <= 16, "the swizzles are built for 2 to 16 lanes per group");
+  static_assert(kGroups % kGroupsPerPass == 0, "every warp takes the same number of groups");
+  static_assert(kRows * 8 % kThreads == 0, "whole copy rounds");
+  static_assert(kRows * (W / kCodeCopy) % kThreads == 0, "whole copy rounds");
+
+  static __device__ __forceinline__ int value_swizzle(int row) {
+    return ((row / K) % L8) * (8 / L8);
+  }
+  static __device__ __forceinline__ int code_swizzle(int row) { return ((row / K) % L) * (16 / L); }
+  // Byte offsets within a stage of column col (< W) of row `row`, given row's swizzle; values of
+  // E bytes (2: bf16, 4: fp32; an fp32 row is sixteen chunks, the swizzle moves them the same
+  // way, and 32 / L columns are 128 / L bytes: the same argument, one size up).
+  template <int E = 2>
+  static __device__ __forceinline__ int value_at(int row, int col, int swizzle) {
+    constexpr int kPerChunk = 16 / E;
+    return row * (E * W) + (((col / kPerChunk) ^ swizzle) << 4) + (col % kPerChunk) * E;
+  }
+  static __device__ __forceinline__ int code_at(int row, int col, int swizzle) {
+    return row * W + (((col >> 2) ^ swizzle) << 2) + (col & 3);
+  }
+};
+
+// Lets Kernel launch with up to `bytes` of dynamic shared memory, from any size: the default
+// limit of 48 KB counts static shared memory too (the decoders' header verdict), so that exactly
+// 48 KB of stages would not launch without the opt-in. Once per kernel (the same bytes at every
+// launch).
+template <auto Kernel>
+void allow_stage_shared_memory(int bytes) {
+  static const bool opted_in = [bytes] {
+    TACO_CUDA_OK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return true;
+  }();
+  (void)opted_in;
+}
+
+// Where a stage lies: its first row and column, from its index (host-filled p: tiles = stages,
+// tiles_per_row = column blocks of W, per_row its divisor; see set_token_stages).
+struct StageRef {
+  int64_t row0, col0;
+};
+
+template <int W>
+__device__ __forceinline__ StageRef stage_at(int64_t stage, int stage_rows, const GroupParams& p) {
+  int64_t major, minor;
+  if (p.tiles <= INT32_MAX) {  // 32-bit division where it suffices, as tile_at
+    const uint32_t su = uint32_t(stage), per = uint32_t(p.tiles_per_row);
+    major = divide(su, p.per_row);
+    minor = su - uint32_t(major) * per;
+  } else {
+    major = stage / p.tiles_per_row;
+    minor = stage % p.tiles_per_row;
+  }
+  return StageRef{major * stage_rows, minor * W};
+}
+
+// The staged path applies: 16-byte aligned values, columns a multiple of W (rows: any; the
+// last stage's rows past the end are zeros, not stored).
+template <int G>
+bool token_stages_apply(const GroupParams& p, bool values_aligned) {
+  return values_aligned && p.cols > 0 && p.rows > 0 && p.cols % TokenStage<G>::W == 0;
+}
+
+// Fills p's stage counts (p.tiles must be 1, as group_params left it for a non-empty message).
+template <int G>
+void set_token_stages(GroupParams& p) {
+  using TS = TokenStage<G>;
+  p.tiles_per_row = p.cols / TS::W;
+  p.tiles = (p.rows + TS::kRows - 1) / TS::kRows * p.tiles_per_row;
+  if (p.tiles <= INT32_MAX) p.per_row = divide_u32(uint32_t(p.tiles_per_row));
+  p.vectorized = true;
+  p.whole_groups = false;
+}
+
+}  // namespace taco::cuda::codec
