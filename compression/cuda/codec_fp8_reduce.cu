@@ -29,82 +29,27 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
   const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);  // launched with kThreads
 
-  if constexpr (kTokens || (G != 64 && G != 128)) {
-    // A second tile's codes in flight (the loop below) costs registers: along tokens (C columns
-    // per tile) ptxas went from 127 to 168 at G = 128, and along hidden from 127-128 to 148-150
-    // at G = 256 and 512 (one block per SM instead of two) and from 64 to 98 at G = 32. There
-    // each message is read where it is decoded.
-    for (int64_t t0 = warp * S::kTilesPerWarp; t0 < p.tiles; t0 += warps * S::kTilesPerWarp) {
-      const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
-      float sum[C][R];
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) sum[c][r] = 0.f;
-      }
-      for (int i = 0; i < count; ++i) {
-        const uint8_t* message = in + uint64_t(i) * slot;
-        float v[C][R];
-        decode_tile<S, kTokens>(message + wire::kHeaderBytes, message + p.scales_offset, t, li,
-                                p, v, poisoned_in);
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-#pragma unroll
-          for (int r = 0; r < R; ++r) sum[c][r] = __fadd_rn(sum[c][r], v[c][r]);
-        }
-      }
-      encode_tile<S, kTokens>(sum, t, li, p, out + wire::kHeaderBytes, out + p.scales_offset,
-                              poisoned_out);
-    }
-    add_count(nonfinite_groups, poisoned_in);
-    return;
-  }
-
-  // Along hidden the loop runs over (tile, message) pairs: the codes and scales of the next pair (the next
-  // message of this tile, or message 0 of the warp's next tile) are read before the arithmetic
-  // of this one, so that a load is in flight while the warp decodes, as in the decode kernel
-  // (past the last tile, tile_at gives an empty tile and nothing is read).
-  const int64_t step = warps * S::kTilesPerWarp;
-  int64_t t0 = warp * S::kTilesPerWarp;
-  TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
-  CodedTile<S> ct;
-  load_coded_tile<S, kTokens>(in + wire::kHeaderBytes, in + p.scales_offset, t, p, ct);
-  float sum[C][R];
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) sum[c][r] = 0.f;
-  }
-  int i = 0;  // this pair's message
-  while (t0 < p.tiles) {
-    const bool last = i + 1 == count;  // the tile's last message: its sum is complete
-    const TileRef tn = last ? tile_at<S, G, kTokens>(t0 + step + lane / L, li, p) : t;
-    const uint8_t* message = in + uint64_t(last ? 0 : i + 1) * slot;
-    CodedTile<S> next;
-    load_coded_tile<S, kTokens>(message + wire::kHeaderBytes, message + p.scales_offset, tn, p,
-                                next);
-    float v[C][R];
-    decode_loaded_tile<S, kTokens>(ct, t, li, p, v, poisoned_in);
+  for (int64_t t0 = warp * S::kTilesPerWarp; t0 < p.tiles; t0 += warps * S::kTilesPerWarp) {
+    const TileRef t = tile_at<S, G, kTokens>(t0 + lane / L, li, p);
+    float sum[C][R];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) sum[c][r] = __fadd_rn(sum[c][r], v[c][r]);
+      for (int r = 0; r < R; ++r) sum[c][r] = 0.f;
     }
-    if (last) {
-      encode_tile<S, kTokens>(sum, t, li, p, out + wire::kHeaderBytes, out + p.scales_offset,
-                              poisoned_out);
+    for (int i = 0; i < count; ++i) {
+      const uint8_t* message = in + uint64_t(i) * slot;
+      float v[C][R];
+      decode_tile<S, kTokens>(message + wire::kHeaderBytes, message + p.scales_offset, t, li, p, v,
+                              poisoned_in);
 #pragma unroll
       for (int c = 0; c < C; ++c) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) sum[c][r] = 0.f;
+        for (int r = 0; r < R; ++r) sum[c][r] = __fadd_rn(sum[c][r], v[c][r]);
       }
-      t = tn;
-      t0 += step;
-      i = 0;
-    } else {
-      ++i;
     }
-    ct = next;
+    encode_tile<S, kTokens>(sum, t, li, p, out + wire::kHeaderBytes, out + p.scales_offset,
+                            poisoned_out);
   }
   add_count(nonfinite_groups, poisoned_in);
 }
