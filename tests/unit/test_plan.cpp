@@ -99,7 +99,7 @@ TEST(PlanCluster, LayoutThatDoesNotFitTheGpusNamesTheKey) {
   } catch (const UserError& e) {
     EXPECT_EQ(e.exit_code(), 2);
     EXPECT_EQ(std::string(e.what()),
-              "c.yaml: gpus_per_node: 1 node(s) x 2 GPU(s) x 1 rank(s) per GPU hold 2 ranks, "
+              "c.yaml:2: gpus_per_node: 1 node(s) x 2 GPU(s) x 1 rank(s) per GPU hold 2 ranks, "
               "layout tp2 pp1 dp2 needs 4; expected at least as many GPUs as ranks");
   }
   EXPECT_THROW(check_layout(tiny_model(), c, Layout{1, 1, 2}), UserError);  // 16 tokens, dp 2
@@ -174,7 +174,51 @@ TEST(PlanModel, EveryLayoutOfTheWorldIsListed) {
                                              "tp2 pp1 dp2 sp", "tp2 pp2 dp1", "tp2 pp2 dp1 sp"}));
 }
 
+TEST(PlanCodecJson, TakesTheNearestSizeOrTheFp32Speeds) {
+  const std::string dir = test::scratch_dir("plan_codec_json");
+  // taco-bench codec --json on a GPU: one row per codec and message size.
+  test::write_file(dir + "/gpu.json",
+                   "{\"bench\": \"codec\", \"results\": [\n"
+                   " {\"message_bytes\": 1000000, \"codec\": \"taco e4m3 g128 dual hidden\", "
+                   "\"encode_gbps\": 300, \"decode_gbps\": 250},\n"
+                   " {\"message_bytes\": 1000000, \"codec\": \"fp8_block e4m3 g128 hidden\", "
+                   "\"encode_gbps\": 1, \"decode_gbps\": 1},\n"
+                   " {\"message_bytes\": 16000000, \"codec\": \"taco e4m3 g128 dual hidden\", "
+                   "\"encode_gbps\": 1900, \"decode_gbps\": 2100}]}\n");
+  CodecSpeed s = taco_speed_from_bench_json(dir + "/gpu.json", 3e6, 2);  // nearer 1 MB
+  EXPECT_DOUBLE_EQ(s.encode_GBps, 300);
+  EXPECT_DOUBLE_EQ(s.decode_GBps, 250);
+  s = taco_speed_from_bench_json(dir + "/gpu.json", 25e6, 2);
+  EXPECT_DOUBLE_EQ(s.encode_GBps, 1900);
+  // --cpu: no sizes; fp32 speeds for CPU ranks, bf16 ones otherwise.
+  test::write_file(dir + "/cpu.json",
+                   "{\"bench\": \"codec\", \"results\": [{\"codec\": \"taco e4m3 g128 dual "
+                   "hidden\", \"encode_gbps\": 7, \"decode_gbps\": 9, \"encode_f32_gbps\": 11, "
+                   "\"decode_f32_gbps\": 14}]}\n");
+  EXPECT_DOUBLE_EQ(taco_speed_from_bench_json(dir + "/cpu.json", 5e5, 4).decode_GBps, 14);
+  EXPECT_DOUBLE_EQ(taco_speed_from_bench_json(dir + "/cpu.json", 5e5, 2).decode_GBps, 9);
+  test::write_file(dir + "/none.json", "{\"results\": []}\n");
+  try {
+    taco_speed_from_bench_json(dir + "/none.json", 5e5, 4);
+    FAIL() << "a file without taco accepted";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              dir + "/none.json: no 'taco e4m3 g128 dual hidden' row with positive encode and "
+                    "decode speeds; expected taco-bench codec --json output that measured taco");
+  }
+}
+
 TEST(PlanTool, BadClusterFileExitsTwoWithOneLine) {
+  const std::string plan = test::binary_dir() + "/taco-plan " + test::source_dir() +
+                           "/configs/tiny-cpu.yaml --cluster ";
+  // A layout that needs more GPUs than the file describes.
+  const std::string cpu = test::source_dir() + "/configs/clusters/cpu-2core.yaml";
+  const auto big = test::run_command(plan + cpu + " --layout 2x2x2 2>&1");
+  EXPECT_EQ(big.exit_code, 2) << big.output;
+  EXPECT_EQ(big.output, "taco-plan: error: " + cpu +
+                            ":7: gpus_per_node: 1 node(s) x 2 GPU(s) x 2 rank(s) per GPU hold 4 "
+                            "ranks, layout tp2 pp2 dp2 needs 8; expected at least as many GPUs "
+                            "as ranks\n");
   const std::string dir = test::scratch_dir("plan_tool");
   test::write_file(dir + "/bad.yaml", cluster_with("bandwidth_GBps: 1,", "bandwidth_GBps: -3,"));
   const auto r = test::run_command(test::binary_dir() + "/taco-plan " + test::source_dir() +

@@ -2,7 +2,8 @@
 // cluster, per layout (tp x pp x dp, SP on/off) and codec policy (none, taco on every TP site).
 //
 //   taco-plan CONFIG --cluster CLUSTER.yaml [--set KEY=VALUE]... [--world N]
-//             [--layout TPxPPxDP[sp]]... [--json FILE] [--sweep GBPS,GBPS,...]
+//             [--layout TPxPPxDP[sp]]... [--codec-json FILE] [--json FILE]
+//             [--sweep GBPS,GBPS,...]
 //
 // The model (tools/plan/plan.h) and its checks against measured runs: docs/planner.md.
 #include <algorithm>
@@ -25,7 +26,8 @@ using namespace taco::plan;
 
 const char* const kUsage =
     "usage: taco-plan CONFIG --cluster CLUSTER.yaml [--set KEY=VALUE]... [--world N]\n"
-    "                 [--layout TPxPPxDP[sp]]... [--json FILE] [--sweep GBPS,GBPS,...]\n"
+    "                 [--layout TPxPPxDP[sp]]... [--codec-json FILE] [--json FILE]\n"
+    "                 [--sweep GBPS,GBPS,...]\n"
     "\n"
     "Predicts one training step of CONFIG's model on the cluster CLUSTER.yaml describes, per\n"
     "layout (tp x pp x dp, sequence parallelism on and off) and codec policy (none; taco, E4M3,\n"
@@ -42,6 +44,9 @@ const char* const kUsage =
     "                    x ranks_per_gpu)\n"
     "  --layout L        only this layout, e.g. 2x1x1 or 4x2x8sp (repeatable; its ranks may\n"
     "                    use up to ranks_per_gpu ranks per GPU)\n"
+    "  --codec-json FILE taco's speeds from `taco-bench codec --json FILE` (GPU: the size\n"
+    "                    nearest one tensor-parallel message; --cpu: the fp32 speeds) in place\n"
+    "                    of the cluster file's codecs.taco\n"
     "  --json FILE       also write every prediction (and the sweep) as JSON\n"
     "  --sweep LIST      also predict each tp > 1 layout with the intra-node link's bandwidth\n"
     "                    set to each GB/s in LIST, for the speedup plot\n"
@@ -53,7 +58,7 @@ const char* const kUsage =
     "Cluster keys and the model: docs/planner.md; config keys: docs/config-reference.md.\n";
 
 struct Options {
-  std::string config, cluster, json;
+  std::string config, cluster, json, codec_json;
   std::vector<std::string> overrides;
   std::vector<Layout> layouts;
   std::vector<double> sweep;
@@ -102,6 +107,8 @@ Options parse_args(int argc, char** argv) {
       o.cluster = value();
     } else if (a == "--set") {
       o.overrides.push_back(value());
+    } else if (a == "--codec-json") {
+      o.codec_json = value();
     } else if (a == "--json") {
       o.json = value();
     } else if (a == "--world") {
@@ -158,6 +165,10 @@ int run(int argc, char** argv) {
   }
   const taco::Config config = taco::load_config_file(o.config, o.overrides);
   Cluster cluster = load_cluster_file(o.cluster);
+  std::string codec_row;
+  if (!o.codec_json.empty())
+    cluster.codecs["taco"] = taco_speed_from_bench_json(
+        o.codec_json, tp_message_bytes(config, cluster), cluster.dtype_bytes, &codec_row);
   std::vector<Layout> layouts = o.layouts;
   if (layouts.empty()) {
     const int world = o.world > 0 ? o.world : cluster.rank_slots();
@@ -191,6 +202,8 @@ int run(int argc, char** argv) {
               cluster.name.c_str(), o.cluster.c_str(),
               (long long)config.train.global_batch_tokens,
               can_compress ? "" : "; no codec speeds in the cluster file, taco not planned");
+  if (!codec_row.empty())
+    std::printf("codec speeds from %s: %s\n", o.codec_json.c_str(), codec_row.c_str());
   std::printf("%-18s %-5s %4s %10s %12s %6s %6s %10s %9s %9s %9s %9s %8s\n", "layout", "codec",
               "mb", "ms/step", "tokens/s", "MFU", "comm", "exposed", "tp ms", "pp ms", "dp ms",
               "bubble", "speedup");

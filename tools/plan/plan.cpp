@@ -148,6 +148,7 @@ Cluster load_cluster_text(const std::string& yaml_text, const std::string& sourc
   c.nodes = top.integer("nodes", 1, 1);
   if (!top.has("gpus_per_node")) src.fail("gpus_per_node", "missing", "an integer >= 1");
   c.gpus_per_node = top.integer("gpus_per_node", 1, 1);
+  c.gpus_per_node_line = root["gpus_per_node"].Mark().line + 1;
   c.ranks_per_gpu = top.integer("ranks_per_gpu", 1, 1);
   c.dtype_bytes = top.integer("dtype_bytes", 1, 2);
   if (c.dtype_bytes != 2 && c.dtype_bytes != 4)
@@ -221,6 +222,50 @@ Cluster load_cluster_file(const std::string& path) {
   return load_cluster_text(text.str(), path);
 }
 
+CodecSpeed taco_speed_from_bench_json(const std::string& path, double message_bytes,
+                                      int dtype_bytes, std::string* used) {
+  const std::string kRow = "taco e4m3 g128 dual hidden";
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);  // JSON is YAML
+  } catch (const YAML::BadFile&) {
+    throw UserError(path + ": cannot read the codec benchmark's JSON");
+  } catch (const YAML::Exception& e) {
+    throw UserError(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg +
+                    "; expected taco-bench codec --json output");
+  }
+  const YAML::Node results = root.IsMap() ? root["results"] : YAML::Node();
+  if (!results || !results.IsSequence())
+    throw UserError(path + ": results: missing; expected taco-bench codec --json output");
+  const bool f32 = dtype_bytes == 4;
+  CodecSpeed best;
+  double best_distance = 1e300;
+  for (const auto& r : results) {
+    if (!r.IsMap() || !r["codec"] || r["codec"].Scalar() != kRow) continue;
+    const char* enc_key = f32 && r["encode_f32_gbps"] ? "encode_f32_gbps" : "encode_gbps";
+    const char* dec_key = f32 && r["decode_f32_gbps"] ? "decode_f32_gbps" : "decode_gbps";
+    if (!r[enc_key] || !r[dec_key]) continue;
+    const double bytes = r["message_bytes"] ? r["message_bytes"].as<double>() : message_bytes;
+    const double distance = std::abs(std::log(bytes / message_bytes));
+    if (distance >= best_distance) continue;
+    best_distance = distance;
+    best = {r[enc_key].as<double>(), r[dec_key].as<double>()};
+    if (used)
+      *used = kRow + (r["message_bytes"] ? " at " + config_detail::number_text(bytes) + " B" : "") +
+              ": encode " + config_detail::number_text(best.encode_GBps) + " GB/s (" + enc_key +
+              "), decode " + config_detail::number_text(best.decode_GBps) + " GB/s";
+  }
+  if (!(best.encode_GBps > 0) || !(best.decode_GBps > 0))
+    throw UserError(path + ": no '" + kRow + "' row with positive encode and decode speeds; "
+                    "expected taco-bench codec --json output that measured taco");
+  return best;
+}
+
+double tp_message_bytes(const Config& cfg, const Cluster& cluster) {
+  return double(cfg.train.micro_batch_size) * cfg.model.seq_len * cfg.model.d_model *
+         cluster.dtype_bytes;
+}
+
 std::string Layout::name() const {
   return "tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " dp" + std::to_string(dp) +
          (sp ? " sp" : "");
@@ -251,7 +296,10 @@ void check_layout(const Config& cfg, const Cluster& cluster, const Layout& l) {
     throw UserError(f + ": model.seq_len: micro_batch_size x seq_len does not split over tp " +
                     std::to_string(l.tp) + " under sequence parallelism; expected a multiple");
   if (l.world() > cluster.rank_slots())
-    throw UserError(cluster.source + ": gpus_per_node: " + std::to_string(cluster.nodes) +
+    throw UserError(cluster.source +
+                    (cluster.gpus_per_node_line > 0
+                         ? ":" + std::to_string(cluster.gpus_per_node_line) : std::string()) +
+                    ": gpus_per_node: " + std::to_string(cluster.nodes) +
                     " node(s) x " + std::to_string(cluster.gpus_per_node) + " GPU(s) x " +
                     std::to_string(cluster.ranks_per_gpu) + " rank(s) per GPU hold " +
                     std::to_string(cluster.rank_slots()) + " ranks, " + shape + " needs " +

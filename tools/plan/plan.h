@@ -35,6 +35,7 @@ struct CodecSpeed {
 
 struct Cluster {
   std::string source;  // file, for messages
+  int gpus_per_node_line = 0;  // where gpus_per_node is written, for a layout that does not fit
   std::string name;
   int nodes = 1;
   int gpus_per_node = 1;
@@ -61,6 +62,16 @@ struct Cluster {
 // expected WHAT" (exit code 2), as the config loader's.
 Cluster load_cluster_text(const std::string& yaml_text, const std::string& source_name);
 Cluster load_cluster_file(const std::string& path);
+
+// taco's speeds (E4M3, G = 128, dual scales, groups along hidden) from `taco-bench codec --json`
+// output: the GPU benchmark's row whose message_bytes is nearest `message_bytes`, or the CPU
+// benchmark's (`--cpu`) fp32 speeds when dtype_bytes is 4. `used` gets a description of the row.
+// A file without such a row is a UserError naming it.
+CodecSpeed taco_speed_from_bench_json(const std::string& path, double message_bytes,
+                                      int dtype_bytes, std::string* used = nullptr);
+
+// The bytes of one tensor-parallel message ([micro_batch_size x seq_len, d_model]).
+double tp_message_bytes(const Config& config, const Cluster& cluster);
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
