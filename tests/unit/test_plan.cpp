@@ -229,6 +229,25 @@ TEST(PlanTool, BadClusterFileExitsTwoWithOneLine) {
                           "a number > 0\n");
 }
 
+TEST(PlanTool, SweepJsonFeedsThePlot) {
+  const std::string dir = test::scratch_dir("plan_sweep");
+  const std::string src = test::source_dir();
+  const auto r = test::run_command(test::binary_dir() + "/taco-plan " + src +
+                                   "/configs/tiny-cpu.yaml --cluster " + src +
+                                   "/configs/clusters/cpu-2core.yaml --layout 2x1x1 --sweep 1,1000"
+                                   " --json " + dir + "/plan.json 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string json = test::read_file(dir + "/plan.json");
+  EXPECT_NE(json.find("\"bandwidth_GBps\": 1000, \"layout\": \"tp2 pp1 dp1\""),
+            std::string::npos)
+      << json;
+  // Without a PNG the plot script prints its numbers: taco gains on the slow link.
+  const auto table = test::run_command("python3 " + src + "/tools/bench/plan_plot.py " + dir +
+                                       "/plan.json 2>&1");
+  EXPECT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("tp2 pp1 dp1: 1 GB/s "), std::string::npos) << table.output;
+}
+
 TEST(PlanTool, ShippedClusterFilesLoadAndPlan) {
   const std::string src = test::source_dir();
   // The multi-node files plan GPT 1.3B (64 sequences a step: 1024 ranks need dp <= 64).

@@ -17,6 +17,8 @@
 namespace taco::plan {
 namespace {
 
+// The config loader's own source map (engine/config/config_source.h) places each cluster-file
+// error at its key's line, so a bad cluster file reads like a bad experiment file.
 using config_detail::ConfigSource;
 using config_detail::join_path;
 
