@@ -38,6 +38,7 @@ TEST(Help, EveryBinaryExplainsItselfAndPointsAtTheKeyReference) {
   expect_help(bin + "taco-prep", {"usage: taco-prep", "--tokenizer", "--out"});
   expect_help(bin + "taco-generate", {"usage: taco-generate", "--prompt", "--tokens"});
   expect_help(bin + "taco-reshard", {"usage: taco-reshard", "--set", "--config"});
+  expect_help(bin + "taco-plan", {"usage: taco-plan", "--cluster", "--layout", "docs/planner.md"});
 }
 
 TEST(Help, EveryScriptExplainsItselfAndPointsAtTheKeyReference) {
