@@ -1,8 +1,9 @@
 // tools/bench/train_bench.py: for real on the tiny config with 2 CPU ranks (every field in the
 // JSON, none's speedup 1, a finite loss, compressed wire bytes below the logical bytes), on a
 // stand-in taco-train that writes the agreed metrics schema with known numbers (the median,
-// the breakdown and the speedup computed from them), the --plot re-render, and its one-line
-// exit 2 on bad input.
+// the breakdown and the speedup computed from them), --rounds (interleaved, speedups within a
+// round, the summary's median and range), the --plot re-render, and its one-line exit 2 on bad
+// input.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,6 +44,10 @@ for r in report["runs"]:
             print(r["name"] + ".step_ms", " ".join(repr(x) for x in v))
         elif not isinstance(v, (dict, list)):
             print(r["name"] + "." + k, repr(v))
+for row in report.get("summary", []):
+    name = "summary.%s-tp%s-%s" % (row["model"], row["tp"], row["codec"])
+    for k, v in row.items():
+        print(name + "." + k, repr(v))
 )PY";
 
 std::map<std::string, std::string> read_report(const std::string& dir) {
@@ -105,9 +110,10 @@ TEST(TrainBench, RunsTheTinyConfigOnTwoCpuRanksAndReportsEveryField) {
 // A stand-in taco-train (rank 0 writes, as the trainer does) whose records each cover two
 // steps with the agreed schema: step_ms per step, staging_ms, codec_ms, mfu. `none` steps take
 // 100 + step ms with 60 ms of communication; `taco` 50 + step ms with 30 ms, 10 of it staging and
-// 5 codec kernels.
+// 5 codec kernels. Under --rounds (a run name ending -rK), round K adds 10 (K - 1) ms to none's
+// steps and 5 (K - 1) to taco's, a machine that drifts.
 const char* kFakeTrainer = R"PY(#!/usr/bin/env python3
-import json, os, sys
+import json, os, re, sys
 sets = dict(a.split("=", 1) for a in sys.argv[2:] if "=" in a)
 if os.environ.get("OMPI_COMM_WORLD_RANK", "0") != "0":
     sys.exit(0)
@@ -115,6 +121,8 @@ folder = os.path.join(sets["run.dir"], sets["run.name"])
 os.makedirs(folder, exist_ok=True)
 taco = sets["compression.default.codec"] == "taco"
 base, comm, staging, codec = (50, 30, 10, 5) if taco else (100, 60, 10, 0)
+k = re.search(r"-r([0-9]+)$", sets["run.name"])
+base += (int(k.group(1)) - 1) * (5 if taco else 10) if k else 0
 with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
     for step in range(2, int(sets["train.steps"]) + 1, 2):
         times = [base + step - 1, base + step]
@@ -166,6 +174,41 @@ TEST(TrainBench, ReadsTheAgreedMetricsSchema) {
   EXPECT_GT(std::filesystem::file_size(out + "/again.png"), 1000u);
 }
 
+TEST(TrainBench, RoundsInterleaveTheCodecsAndTakeSpeedupsWithinEachRound) {
+  const std::string out = taco::test::scratch_dir("train_bench_rounds");
+  std::filesystem::create_directories(out + "/build");
+  write_file(out + "/build/taco-train", kFakeTrainer);
+  std::filesystem::permissions(out + "/build/taco-train", std::filesystem::perms::owner_all);
+  const auto r = run_command(script() + " --build " + out +
+                             "/build --models tiny --tp 2 --codecs none,taco --steps 8 --warmup 2" +
+                             " --rounds 3 --device cpu --out " + out + "/report");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Interleaved: none and taco of round 1, then of round 2, then of round 3.
+  size_t at = 0;
+  for (const char* name : {"tiny-tp2-none-r1", "tiny-tp2-taco-r1", "tiny-tp2-none-r2",
+                           "tiny-tp2-taco-r2", "tiny-tp2-none-r3", "tiny-tp2-taco-r3"}) {
+    const size_t here = r.output.find(std::string("# run ") + name + ":");
+    ASSERT_NE(here, std::string::npos) << name << " did not run";
+    EXPECT_GT(here + 1, at) << name << " ran out of order";
+    at = here + 1;
+  }
+  const auto v = read_report(out + "/report");
+  // Round K: none's steps 3..8 take 100 + 10 (K - 1) + step ms (median 105.5, 115.5, 125.5),
+  // taco's 50 + 5 (K - 1) + step (55.5, 60.5, 65.5); each speedup against its own round's none.
+  EXPECT_EQ(num(v, "tiny-tp2-none-r2.ms_per_step"), 115.5);
+  EXPECT_DOUBLE_EQ(num(v, "tiny-tp2-taco-r2.speedup"), 115.5 / 60.5);
+  EXPECT_DOUBLE_EQ(num(v, "tiny-tp2-taco-r3.speedup"), 125.5 / 65.5);
+  EXPECT_EQ(v.at("tiny-tp2-taco-r3.baseline"), "'tiny-tp2-none-r3'");
+  EXPECT_EQ(num(v, "summary.tiny-tp2-taco.rounds"), 3);
+  EXPECT_EQ(num(v, "summary.tiny-tp2-none.ms_per_step_median"), 115.5);
+  EXPECT_EQ(num(v, "summary.tiny-tp2-none.ms_per_step_min"), 105.5);
+  EXPECT_EQ(num(v, "summary.tiny-tp2-none.ms_per_step_max"), 125.5);
+  EXPECT_DOUBLE_EQ(num(v, "summary.tiny-tp2-taco.speedup_median"), 115.5 / 60.5);
+  EXPECT_DOUBLE_EQ(num(v, "summary.tiny-tp2-taco.speedup_min"), 105.5 / 55.5);
+  EXPECT_DOUBLE_EQ(num(v, "summary.tiny-tp2-taco.speedup_max"), 125.5 / 65.5);
+  EXPECT_NE(r.output.find("over the rounds"), std::string::npos) << r.output;
+}
+
 void expect_bad_input(const std::string& args, const std::string& says) {
   const std::string out = taco::test::scratch_dir("train_bench_bad");
   const auto r = run_command(script() + " --build " + taco::test::binary_dir() +
@@ -183,6 +226,7 @@ TEST(TrainBench, BadInputExitsTwoWithOneLine) {
   expect_bad_input("--backend nccl", "NCCL needs a GPU per rank");
   expect_bad_input("--tp 3", "n_head = 4, which tp must divide");
   expect_bad_input("--steps 5 --warmup 5", "must exceed --warmup");
+  expect_bad_input("--rounds 0", "--rounds 0: expected at least 1");
 }
 
 }  // namespace

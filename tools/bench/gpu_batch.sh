@@ -23,7 +23,8 @@
 #   slowlink   tools/bench/train_bench.py: GPT-2 124M, tp=2 and 4 ranks on the one GPU through
 #              host memory, none / taco / fp8_block / taco group auto, 40 steps each  ~400 s
 #              (SLOWLINK_TP, SLOWLINK_CODECS narrow it; SLOWLINK_SET="k=v k=v" adds --set keys;
-#              SLOWLINK_STEPS: steps per run, 40 by default, logged every 10)
+#              SLOWLINK_STEPS: steps per run, 40 by default, logged every 10; SLOWLINK_ROUNDS:
+#              the codec list run that many times interleaved, speedups within each round)
 #   parity     taco-train 124M tp=2 on the one GPU, 300 steps on GPT-2-tokenized fortunes, none
 #              vs taco on every TP site (carry data/fortunes-gpt2, made here with
 #              taco-prep --tokenizer gpt2 --val-every 5)                          ~330 s
@@ -148,7 +149,7 @@ for part in "${parts[@]}"; do
     # codec against the best uncompressed baseline, GPT-2 124M, random tokens (train_bench.py).
     # SLOWLINK_TP / SLOWLINK_CODECS narrow the runs to fit one device call.
     timeout 560 python3 tools/bench/train_bench.py --build $B --models 124m --tp "${SLOWLINK_TP:-2,4}" \
-      --codecs "${SLOWLINK_CODECS:-none,taco,fp8_block,taco-auto}" --steps "${SLOWLINK_STEPS:-40}" --warmup 10 --out "$OUT/train-bench" \
+      --codecs "${SLOWLINK_CODECS:-none,taco,fp8_block,taco-auto}" --steps "${SLOWLINK_STEPS:-40}" --warmup 10 --rounds "${SLOWLINK_ROUNDS:-1}" --out "$OUT/train-bench" \
       $(for kv in ${SLOWLINK_SET:-}; do printf -- '--set %s ' "$kv"; done) \
       > "$OUT/train-bench.log" 2>&1
     echo "train_bench rc $?"

@@ -13,6 +13,10 @@ tokens/s, communication share, wire and logical bytes per step, speedup over `no
 setup (none_ms / ms), a logged step's time over an unlogged one's, the loss after --steps, and the breakdown of a step (means over the same
 steps): codec kernels, wire (comm - staging - codec), staging copies, compute (step - comm).
 
+With --rounds N the codec list runs N times, interleaved (none, taco, ..., none, taco, ...):
+on a shared machine whose speed drifts, each speedup is taken against the `none` run beside it,
+and a summary gives the median and range of ms/step, speedup and logged ratio over the rounds.
+
 Output: a table on stdout (also OUT/train_bench.txt), OUT/train_bench.json with every number
 and each run's exact command, and OUT/train_bench.png when matplotlib is importable. Re-render
 the plot from the JSON alone with
@@ -105,6 +109,11 @@ def parse_args(argv):
     p.add_argument("--data-val", help="real val shards (glob), with --data-train")
     p.add_argument("--seed", type=int, default=1234, help="seed of the random-token shards")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per run [1800]")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the codec list this many times, interleaved (none, taco, ..., "
+                   "none, taco, ...), so that a shared machine's drift falls on every codec "
+                   "alike; speedups are taken within each round, and a summary gives their "
+                   "median and range [1]")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="one more taco-train --set for every run (repeatable)")
     p.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"),
@@ -125,6 +134,8 @@ def parse_args(argv):
     if a.warmup < 0 or a.steps <= a.warmup:
         fail(f"--steps {a.steps} must exceed --warmup {a.warmup} (the statistics use the steps "
              "after warm-up)")
+    if a.rounds < 1:
+        fail(f"--rounds {a.rounds}: expected at least 1")
     if bool(a.data_train) != bool(a.data_val):
         fail("--data-train and --data-val go together")
     for kv in a.set:
@@ -253,8 +264,9 @@ def random_shards(out, model, seed):
 # --- one run --------------------------------------------------------------------------------
 
 
-def run_name(model, tp, codec):
-    return f"{model.name}-tp{tp}-{codec}"
+def run_name(model, tp, codec, round_=0):
+    """round_: 1, 2, ... with --rounds > 1 (a suffix -rK), 0 without."""
+    return f"{model.name}-tp{tp}-{codec}" + (f"-r{round_}" if round_ else "")
 
 
 def build_command(a, taco_train, model, tp, codec, name, data):
@@ -423,13 +435,14 @@ def launch(cmd, env, timeout):
         return (output or "") + note, 124
 
 
-def run_one(a, taco_train, model, tp, codec, data, env):
-    name = run_name(model, tp, codec)
+def run_one(a, taco_train, model, tp, codec, data, env, round_=0):
+    name = run_name(model, tp, codec, round_)
     folder = os.path.join(a.out, "runs", name)
     check_run_folder(folder)
     shutil.rmtree(folder, ignore_errors=True)
     cmd = build_command(a, taco_train, model, tp, codec, name, data)
-    run = {"name": name, "model": model.name, "config": model.config, "tp": tp, "codec": codec,
+    run = {"name": name, "round": round_, "model": model.name, "config": model.config, "tp": tp,
+           "codec": codec,
            "device": a.device, "backend": a.backend, "steps": a.steps, "warmup": a.warmup,
            "tokens_per_step": model.tokens_per_step, "command": cmd,
            "command_line": " ".join(shlex.quote(c) for c in cmd),
@@ -468,12 +481,50 @@ def run_one(a, taco_train, model, tp, codec, data, env):
 
 
 def add_speedups(runs):
-    base = {(r["model"], r["tp"]): r for r in runs if r["codec"] == "none" and r["status"] == "ok"}
+    """Each run against `none` of the same setup and round."""
+    def key(r):
+        return (r["model"], r["tp"], r.get("round", 0))
+    base = {key(r): r for r in runs if r["codec"] == "none" and r["status"] == "ok"}
     for r in runs:
-        b = base.get((r["model"], r["tp"]))
+        b = base.get(key(r))
         ok = r["status"] == "ok" and b is not None
         r["speedup"] = b["ms_per_step"] / r["ms_per_step"] if ok else None
         r["baseline"] = b["name"] if b else None
+
+
+def round_summary(runs):
+    """Per setup and codec over the rounds that passed: the median and range of ms/step, of the
+    within-round speedup and of the logged/unlogged ratio."""
+    groups = {}
+    for r in runs:
+        if r["status"] == "ok":
+            groups.setdefault((r["model"], r["tp"], r["codec"]), []).append(r)
+    out = []
+    for (model, tp, codec), rs in groups.items():
+        row = {"model": model, "tp": tp, "codec": codec, "rounds": len(rs)}
+        for field in ("ms_per_step", "speedup", "logged_ratio"):
+            values = [r[field] for r in rs if r.get(field) is not None]
+            row[field + "_median"] = statistics.median(values) if values else None
+            row[field + "_min"] = min(values) if values else None
+            row[field + "_max"] = max(values) if values else None
+        out.append(row)
+    return out
+
+
+def summary_text(summary):
+    def cell(row, field, fmt):
+        m = row[field + "_median"]
+        if m is None:
+            return "-"
+        return f"{m:{fmt}} [{row[field + '_min']:{fmt}}-{row[field + '_max']:{fmt}}]"
+    lines = ["# over the rounds: median [min-max]; speedup within each round",
+             f"# {'model':8} {'tp':>3}  {'codec':12} {'rounds':>6}  {'ms/step':>26}  "
+             f"{'speedup':>23}  {'logged':>23}"]
+    for row in summary:
+        lines.append(f"  {row['model']:8} {row['tp']:>3}  {row['codec']:12} {row['rounds']:>6}  "
+                     f"{cell(row, 'ms_per_step', '.2f'):>26}  {cell(row, 'speedup', '.3f'):>23}  "
+                     f"{cell(row, 'logged_ratio', '.3f'):>23}")
+    return "\n".join(lines) + "\n"
 
 
 def plot_only(json_path, png):
@@ -519,15 +570,18 @@ def main(argv):
     else:
         data_for = {m.name: random_shards(a.out, m, a.seed) for m in models}
 
-    plan = [(m, tp, codec) for m in models for tp in a.tp for codec in a.codecs]
-    for m, tp, codec in plan:  # before anything runs
-        check_run_folder(os.path.join(a.out, "runs", run_name(m, tp, codec)))
+    rounds = list(range(1, a.rounds + 1)) if a.rounds > 1 else [0]
+    plan = [(m, tp, codec, k) for k in rounds for m in models for tp in a.tp for codec in a.codecs]
+    for m, tp, codec, k in plan:  # before anything runs
+        check_run_folder(os.path.join(a.out, "runs", run_name(m, tp, codec, k)))
     env = dict(os.environ)
     if "OMP_NUM_THREADS" not in env:  # the ranks share the cores
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(a.tp)))
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    runs = [run_one(a, taco_train, m, tp, codec, data_for[m.name], env) for m, tp, codec in plan]
+    runs = [run_one(a, taco_train, m, tp, codec, data_for[m.name], env, k)
+            for m, tp, codec, k in plan]
     add_speedups(runs)
+    summary = round_summary(runs) if a.rounds > 1 else None
 
     args_line = "train_bench.py " + " ".join(shlex.quote(x) for x in argv)
     report = {
@@ -537,12 +591,16 @@ def main(argv):
         "warmup": a.warmup, "omp_num_threads": env["OMP_NUM_THREADS"],
         "data": {m.name: list(data_for[m.name]) for m in models},
         "data_kind": "real" if a.data_train else f"uniform random tokens, seed {a.seed}",
-        "runs": runs,
+        "rounds": a.rounds, "runs": runs,
     }
+    if summary is not None:
+        report["summary"] = summary
     json_path = os.path.join(a.out, "train_bench.json")
     with open(json_path, "w") as f:
         json.dump(report, f, indent=1)
     text = tbr.table(runs, args_line)
+    if summary is not None:
+        text += summary_text(summary)
     with open(os.path.join(a.out, "train_bench.txt"), "w") as f:
         f.write(text)
     print(text, end="")
