@@ -110,8 +110,8 @@ void Codec::decode_sum_encode_async(const uint8_t*, size_t, int, size_t, Message
                   "stage the message through host memory");
 }
 
-bool Codec::decode_error_sums_async(const uint8_t*, size_t, MessageShape, const void*, DType,
-                                    DType, double*, Stream, uint32_t*) const {
+bool Codec::decode_error_sums_async(const uint8_t*, size_t, MessageShape, const void*, DType, DType,
+                                    double*, Stream, uint32_t*) const {
   return false;
 }
 

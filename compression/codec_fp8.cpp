@@ -65,8 +65,8 @@ class Fp8Codec final : public Codec {
   bool decode_error_sums_async(const uint8_t* in, size_t size, MessageShape shape, const void* x,
                                DType x_dtype, DType decoded_dtype, double* sums, Stream stream,
                                uint32_t* status) const override {
-    return cuda::fp8_decode_error_device(in, size, device_message(options(), shape, DType::f32),
-                                         x, x_dtype, decoded_dtype, sums, stream, status);
+    return cuda::fp8_decode_error_device(in, size, device_message(options(), shape, DType::f32), x,
+                                         x_dtype, decoded_dtype, sums, stream, status);
   }
 
   void decode_sum_encode_async(const uint8_t* in, size_t slot, int count, size_t size,

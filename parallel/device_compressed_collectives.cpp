@@ -232,8 +232,7 @@ void check_chunk(DevicePipeline& d, const SelfCheck& c, const Codec& codec, cons
     return;  // decoded and summed in registers
   uint8_t* out = c.decoded + size_t(offset) * dtype_size(c.decoded_dtype);
   codec.decode_async(msg, n, shape, out, c.decoded_dtype, false, s, status, nullptr);
-  cuda::roundtrip_error_sums(c.sums, input, dtype, out, c.decoded_dtype, size_t(shape.count()),
-                             s);
+  cuda::roundtrip_error_sums(c.sums, input, dtype, out, c.decoded_dtype, size_t(shape.count()), s);
 }
 
 // Every chunk of a piece of `x` from its slot of `wire` (the piece's own slots).

@@ -290,8 +290,8 @@ void Trainer::State::make_grid() {
 
 // Compression: which codec each (layer, site) gets; every group's door asks it.
 void Trainer::State::make_policy() {
-  policy = std::make_unique<CompressionPolicy>(cfg.compression, cfg.model.n_layer, cfg.model.d_model,
-                                               cfg.source);
+  policy = std::make_unique<CompressionPolicy>(cfg.compression, cfg.model.n_layer,
+                                               cfg.model.d_model, cfg.source);
   if (grid->world_rank() == 0) {
     std::string table = policy->table();
     if (!table.empty() && table.back() == '\n') table.pop_back();

@@ -71,7 +71,8 @@ void check(int p, size_t n, size_t misalign, bool in_place, uint64_t seed) {
 
   test::DeviceArray<T> d_own(own), d_slots(slots), d_out(n + misalign);
   T* out = in_place ? d_own.get() + misalign : d_out.get() + misalign;
-  staged_sum_async(d_own.get() + misalign, d_slots.get() + misalign, stride, p, me, out, n, dtype, nullptr);
+  staged_sum_async(d_own.get() + misalign, d_slots.get() + misalign, stride, p, me, out, n, dtype,
+                   nullptr);
   test::device_synchronize();
   const std::vector<T> got = (in_place ? d_own : d_out).download();
   size_t wrong = 0;

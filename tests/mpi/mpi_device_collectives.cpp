@@ -325,8 +325,7 @@ TEST_F(DeviceCollectivesTest, AllGatherMatchesTheHostAlgorithmBitForBit) {
       const CompressedCall call =
           device.all_gather(codec, in.get(), out.get(), dtype, full, where_, true);
       expect_same_bytes(out.read(), want, dtype);
-      expect_same_call(call, host_call,
-                       full.rows == 1 && codec.options().axis == GroupAxis::token);
+      expect_same_call(call, host_call, full.rows == 1 && codec.options().axis == GroupAxis::token);
       std::vector<double> exact;
       for (int r = 0; r < p; ++r) {
         const std::vector<double> v = values(input_of(seed_, r, size_t(shard), dtype), dtype);

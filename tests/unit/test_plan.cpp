@@ -16,8 +16,8 @@ namespace {
 Config tiny_model(int global_tokens = 16) {
   return load_config_text(
       "model: { n_layer: 2, n_head: 2, d_model: 128, seq_len: 16, vocab_size: 64 }\n"
-      "train: { micro_batch_size: 1, global_batch_tokens: " + std::to_string(global_tokens) +
-          " }\n",
+      "train: { micro_batch_size: 1, global_batch_tokens: " +
+          std::to_string(global_tokens) + " }\n",
       "tiny.yaml");
 }
 
@@ -165,8 +165,8 @@ TEST(PlanModel, DataParallelGradientSumAndSharedDevices) {
 }
 
 TEST(PlanModel, EveryLayoutOfTheWorldIsListed) {
-  const Cluster c = load_cluster_text(cluster_with("gpus_per_node: 2", "gpus_per_node: 4"),
-                                      "c.yaml");
+  const Cluster c =
+      load_cluster_text(cluster_with("gpus_per_node: 2", "gpus_per_node: 4"), "c.yaml");
   // 4 ranks: tp 1, 2 (SP both ways); pp 1, 2; dp what is left, when 64 tokens split.
   std::vector<std::string> names;
   for (const Layout& l : layouts_for(tiny_model(64), c, 4)) names.push_back(l.name());
@@ -203,14 +203,15 @@ TEST(PlanCodecJson, TakesTheNearestSizeOrTheFp32Speeds) {
     FAIL() << "a file without taco accepted";
   } catch (const UserError& e) {
     EXPECT_EQ(std::string(e.what()),
-              dir + "/none.json: no 'taco e4m3 g128 dual hidden' row with positive encode and "
-                    "decode speeds; expected taco-bench codec --json output that measured taco");
+              dir +
+                  "/none.json: no 'taco e4m3 g128 dual hidden' row with positive encode and "
+                  "decode speeds; expected taco-bench codec --json output that measured taco");
   }
 }
 
 TEST(PlanTool, BadClusterFileExitsTwoWithOneLine) {
-  const std::string plan = test::binary_dir() + "/taco-plan " + test::source_dir() +
-                           "/configs/tiny-cpu.yaml --cluster ";
+  const std::string plan =
+      test::binary_dir() + "/taco-plan " + test::source_dir() + "/configs/tiny-cpu.yaml --cluster ";
   // A layout that needs more GPUs than the file describes.
   const std::string cpu = test::source_dir() + "/configs/clusters/cpu-2core.yaml";
   const auto big = test::run_command(plan + cpu + " --layout 2x2x2 2>&1");
@@ -224,9 +225,10 @@ TEST(PlanTool, BadClusterFileExitsTwoWithOneLine) {
   const auto r = test::run_command(test::binary_dir() + "/taco-plan " + test::source_dir() +
                                    "/configs/tiny-cpu.yaml --cluster " + dir + "/bad.yaml 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_EQ(r.output, "taco-plan: error: " + dir +
-                          "/bad.yaml:7: links.shared_memory.bandwidth_GBps: -3 is out of range; expected "
-                          "a number > 0\n");
+  EXPECT_EQ(r.output,
+            "taco-plan: error: " + dir +
+                "/bad.yaml:7: links.shared_memory.bandwidth_GBps: -3 is out of range; expected "
+                "a number > 0\n");
 }
 
 TEST(PlanTool, SweepJsonFeedsThePlot) {
@@ -235,15 +237,15 @@ TEST(PlanTool, SweepJsonFeedsThePlot) {
   const auto r = test::run_command(test::binary_dir() + "/taco-plan " + src +
                                    "/configs/tiny-cpu.yaml --cluster " + src +
                                    "/configs/clusters/cpu-2core.yaml --layout 2x1x1 --sweep 1,1000"
-                                   " --json " + dir + "/plan.json 2>&1");
+                                   " --json " +
+                                   dir + "/plan.json 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string json = test::read_file(dir + "/plan.json");
-  EXPECT_NE(json.find("\"bandwidth_GBps\": 1000, \"layout\": \"tp2 pp1 dp1\""),
-            std::string::npos)
+  EXPECT_NE(json.find("\"bandwidth_GBps\": 1000, \"layout\": \"tp2 pp1 dp1\""), std::string::npos)
       << json;
   // Without a PNG the plot script prints its numbers: taco gains on the slow link.
-  const auto table = test::run_command("python3 " + src + "/tools/bench/plan_plot.py " + dir +
-                                       "/plan.json 2>&1");
+  const auto table =
+      test::run_command("python3 " + src + "/tools/bench/plan_plot.py " + dir + "/plan.json 2>&1");
   EXPECT_EQ(table.exit_code, 0) << table.output;
   EXPECT_NE(table.output.find("tp2 pp1 dp1: 1 GB/s "), std::string::npos) << table.output;
 }
@@ -252,14 +254,14 @@ TEST(PlanTool, ShippedClusterFilesLoadAndPlan) {
   const std::string src = test::source_dir();
   // The multi-node files plan GPT 1.3B (64 sequences a step: 1024 ranks need dp <= 64).
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"8xh200-nvlink", "gpt2-124m"},     {"8gpu-pcie-nop2p", "gpt2-124m"},
-      {"4x8-h200-ib400", "gpt-1.3b"},     {"128x8-h200-ib400", "gpt-1.3b"},
-      {"h100-host-staged", "gpt2-124m"},  {"cpu-2core", "tiny-cpu"}};
+      {"8xh200-nvlink", "gpt2-124m"},    {"8gpu-pcie-nop2p", "gpt2-124m"},
+      {"4x8-h200-ib400", "gpt-1.3b"},    {"128x8-h200-ib400", "gpt-1.3b"},
+      {"h100-host-staged", "gpt2-124m"}, {"cpu-2core", "tiny-cpu"}};
   for (const auto& [name, model] : cases) {
     const std::string cluster = src + "/configs/clusters/" + name + ".yaml";
     const std::string config = src + "/configs/" + model + ".yaml";
-    const auto r = test::run_command(test::binary_dir() + "/taco-plan " + config +
-                                     " --cluster " + cluster + " 2>&1");
+    const auto r = test::run_command(test::binary_dir() + "/taco-plan " + config + " --cluster " +
+                                     cluster + " 2>&1");
     EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
     EXPECT_NE(r.output.find(" taco "), std::string::npos) << name << "\n" << r.output;
   }

@@ -89,7 +89,8 @@ double parse_double(const std::string& option, const std::string& text) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || !(x > 0)) throw UserError(option + ": '" + text + "' is not a number > 0");
+  if (used != text.size() || !(x > 0))
+    throw UserError(option + ": '" + text + "' is not a number > 0");
   return x;
 }
 
@@ -117,7 +118,8 @@ Options parse_args(int argc, char** argv) {
       o.layouts.push_back(parse_layout(value()));
     } else if (a == "--sweep") {
       std::stringstream list(value());
-      for (std::string item; std::getline(list, item, ',');) o.sweep.push_back(parse_double(a, item));
+      for (std::string item; std::getline(list, item, ',');)
+        o.sweep.push_back(parse_double(a, item));
     } else if (!a.empty() && a[0] == '-') {
       throw UserError(a + ": unknown option (see --help)");
     } else if (o.config.empty()) {
@@ -199,8 +201,7 @@ int run(int argc, char** argv) {
                    [](const Row& a, const Row& b) { return a.p.step_ms < b.p.step_ms; });
 
   std::printf("taco-plan: %s on %s (%s), %lld tokens per step%s\n", o.config.c_str(),
-              cluster.name.c_str(), o.cluster.c_str(),
-              (long long)config.train.global_batch_tokens,
+              cluster.name.c_str(), o.cluster.c_str(), (long long)config.train.global_batch_tokens,
               can_compress ? "" : "; no codec speeds in the cluster file, taco not planned");
   if (!codec_row.empty())
     std::printf("codec speeds from %s: %s\n", o.codec_json.c_str(), codec_row.c_str());
@@ -209,11 +210,12 @@ int run(int argc, char** argv) {
               "bubble", "speedup");
   for (const Row& r : rows) {
     const Prediction& p = r.p;
-    std::printf("%-18s %-5s %4d %10.2f %12.0f %5.1f%% %5.1f%% %10.2f %9.2f %9.2f %9.2f %9.2f "
-                "%7.2fx\n",
-                p.layout.name().c_str(), policy_name(p.policy), p.microbatches, p.step_ms,
-                p.tokens_per_s, 100 * p.mfu, 100 * p.comm_share(), p.exposed_comm_ms, p.tp_ms,
-                p.pp_ms, p.dp_ms, p.bubble_ms, r.speedup);
+    std::printf(
+        "%-18s %-5s %4d %10.2f %12.0f %5.1f%% %5.1f%% %10.2f %9.2f %9.2f %9.2f %9.2f "
+        "%7.2fx\n",
+        p.layout.name().c_str(), policy_name(p.policy), p.microbatches, p.step_ms, p.tokens_per_s,
+        100 * p.mfu, 100 * p.comm_share(), p.exposed_comm_ms, p.tp_ms, p.pp_ms, p.dp_ms,
+        p.bubble_ms, r.speedup);
   }
 
   if (o.json.empty()) return 0;

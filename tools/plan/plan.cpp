@@ -22,8 +22,7 @@ namespace {
 using config_detail::ConfigSource;
 using config_detail::join_path;
 
-const std::set<std::string> kLinkLevels = {"nvlink", "pcie", "nic", "host_staged",
-                                           "shared_memory"};
+const std::set<std::string> kLinkLevels = {"nvlink", "pcie", "nic", "host_staged", "shared_memory"};
 
 std::string joined(const std::vector<std::string>& names) {
   std::string out;
@@ -51,16 +50,18 @@ class MapReader {
   double number(const std::string& key, double lowest, bool strict, bool required,
                 double fallback) const {
     const YAML::Node v = node_[key];
-    const std::string expected = std::string("a number ") + (strict ? "> " : ">= ") +
-                                 config_detail::number_text(lowest);
+    const std::string expected =
+        std::string("a number ") + (strict ? "> " : ">= ") + config_detail::number_text(lowest);
     if (!v) {
       if (required) src_.fail(key_path(key), "missing", expected);
       return fallback;
     }
     double x = 0;
     if (!v.IsScalar() || !YAML::convert<double>::decode(v, x) || !std::isfinite(x))
-      src_.fail(key_path(key), "'" + (v.IsScalar() ? v.Scalar() : std::string("a map or list")) +
-                                   "' is not a number", expected);
+      src_.fail(
+          key_path(key),
+          "'" + (v.IsScalar() ? v.Scalar() : std::string("a map or list")) + "' is not a number",
+          expected);
     if (strict ? !(x > lowest) : !(x >= lowest))
       src_.fail(key_path(key), config_detail::number_text(x) + " is out of range", expected);
     return x;
@@ -70,8 +71,10 @@ class MapReader {
     if (!v) return fallback;
     int x = 0;
     if (!v.IsScalar() || !YAML::convert<int>::decode(v, x))
-      src_.fail(key_path(key), "'" + (v.IsScalar() ? v.Scalar() : std::string("a map or list")) +
-                                   "' is not an integer", "an integer >= " + std::to_string(lowest));
+      src_.fail(
+          key_path(key),
+          "'" + (v.IsScalar() ? v.Scalar() : std::string("a map or list")) + "' is not an integer",
+          "an integer >= " + std::to_string(lowest));
     if (x < lowest)
       src_.fail(key_path(key), std::to_string(x) + " is out of range",
                 "an integer >= " + std::to_string(lowest));
@@ -138,7 +141,8 @@ Cluster load_cluster_text(const std::string& yaml_text, const std::string& sourc
   }
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap())
-    throw UserError(source_name + ":1: the cluster file is not a map; expected keys such as "
+    throw UserError(source_name +
+                    ":1: the cluster file is not a map; expected keys such as "
                     "gpus_per_node and links");
   const ConfigSource src(source_name, root);
   const MapReader top(src, root, "");
@@ -258,7 +262,8 @@ CodecSpeed taco_speed_from_bench_json(const std::string& path, double message_by
               "), decode " + config_detail::number_text(best.decode_GBps) + " GB/s";
   }
   if (!(best.encode_GBps > 0) || !(best.decode_GBps > 0))
-    throw UserError(path + ": no '" + kRow + "' row with positive encode and decode speeds; "
+    throw UserError(path + ": no '" + kRow +
+                    "' row with positive encode and decode speeds; "
                     "expected taco-bench codec --json output that measured taco");
   return best;
 }
@@ -278,8 +283,7 @@ const char* policy_name(Policy p) { return p == Policy::taco ? "taco" : "none"; 
 void check_layout(const Config& cfg, const Cluster& cluster, const Layout& l) {
   const std::string& f = cfg.source;
   const std::string shape = "layout " + l.name();
-  if (l.tp < 1 || l.pp < 1 || l.dp < 1)
-    throw UserError(shape + ": tp, pp and dp must be >= 1");
+  if (l.tp < 1 || l.pp < 1 || l.dp < 1) throw UserError(shape + ": tp, pp and dp must be >= 1");
   if (cfg.model.n_head % l.tp != 0)
     throw UserError(f + ": model.n_head: " + std::to_string(cfg.model.n_head) +
                     " heads do not split over tp " + std::to_string(l.tp) +
@@ -290,19 +294,20 @@ void check_layout(const Config& cfg, const Cluster& cluster, const Layout& l) {
                     "; expected pp to divide n_layer");
   const int64_t per_replica_micro = int64_t(l.dp) * cfg.train.micro_batch_size * cfg.model.seq_len;
   if (cfg.train.global_batch_tokens % per_replica_micro != 0)
-    throw UserError(f + ": train.global_batch_tokens: " +
-                    std::to_string(cfg.train.global_batch_tokens) + " is not a multiple of dp " +
-                    std::to_string(l.dp) + " x micro_batch_size x seq_len = " +
-                    std::to_string(per_replica_micro) + "; expected a multiple");
+    throw UserError(
+        f + ": train.global_batch_tokens: " + std::to_string(cfg.train.global_batch_tokens) +
+        " is not a multiple of dp " + std::to_string(l.dp) + " x micro_batch_size x seq_len = " +
+        std::to_string(per_replica_micro) + "; expected a multiple");
   if (l.sp && l.tp > 1 && (int64_t(cfg.train.micro_batch_size) * cfg.model.seq_len) % l.tp != 0)
     throw UserError(f + ": model.seq_len: micro_batch_size x seq_len does not split over tp " +
                     std::to_string(l.tp) + " under sequence parallelism; expected a multiple");
   if (l.world() > cluster.rank_slots())
     throw UserError(cluster.source +
                     (cluster.gpus_per_node_line > 0
-                         ? ":" + std::to_string(cluster.gpus_per_node_line) : std::string()) +
-                    ": gpus_per_node: " + std::to_string(cluster.nodes) +
-                    " node(s) x " + std::to_string(cluster.gpus_per_node) + " GPU(s) x " +
+                         ? ":" + std::to_string(cluster.gpus_per_node_line)
+                         : std::string()) +
+                    ": gpus_per_node: " + std::to_string(cluster.nodes) + " node(s) x " +
+                    std::to_string(cluster.gpus_per_node) + " GPU(s) x " +
                     std::to_string(cluster.ranks_per_gpu) + " rank(s) per GPU hold " +
                     std::to_string(cluster.rank_slots()) + " ranks, " + shape + " needs " +
                     std::to_string(l.world()) + "; expected at least as many GPUs as ranks");
@@ -312,8 +317,8 @@ Prediction predict(const Config& cfg, const Cluster& cl, const Layout& l, Policy
   check_layout(cfg, cl, l);
   const auto& m = cfg.model;
   const GptDims dims = GptDims::make(m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, l.tp);
-  const double flops_per_token = 6.0 * double(dims.num_params()) +
-                                 6.0 * m.n_layer * double(m.seq_len) * m.d_model;
+  const double flops_per_token =
+      6.0 * double(dims.num_params()) + 6.0 * m.n_layer * double(m.seq_len) * m.d_model;
   const double tokens = double(cfg.train.global_batch_tokens);
   const int64_t micro_tokens = int64_t(cfg.train.micro_batch_size) * m.seq_len;
   Prediction p;
@@ -347,7 +352,8 @@ Prediction predict(const Config& cfg, const Cluster& cl, const Layout& l, Policy
   if (t > 1) {
     const bool compress = policy == Policy::taco;
     if (compress && !cl.codecs.count("taco"))
-      throw UserError(cl.source + ": codecs: no taco speeds; expected codecs.taco with "
+      throw UserError(cl.source +
+                      ": codecs: no taco speeds; expected codecs.taco with "
                       "encode_GBps and decode_GBps (taco-bench codec --json)");
     const CodecSpeed cs = compress ? cl.codecs.at("taco") : CodecSpeed{};
     const double enc = cs.encode_GBps * 1e9, dec = cs.decode_GBps * 1e9;
@@ -369,8 +375,9 @@ Prediction predict(const Config& cfg, const Cluster& cl, const Layout& l, Policy
     codec_s = p.microbatches * collectives * per_codec;
     wire_bytes = p.microbatches * collectives * per_wire;
     if (l.sp) {  // sp.grad: LayerNorm weights and biases, the final LayerNorm, the positions
-      const double replicated = (4.0 * m.d_model * m.n_layer / l.pp + 2.0 * m.d_model +
-                                 double(m.seq_len) * m.d_model) * cl.dtype_bytes;
+      const double replicated =
+          (4.0 * m.d_model * m.n_layer / l.pp + 2.0 * m.d_model + double(m.seq_len) * m.d_model) *
+          cl.dtype_bytes;
       tp_s += t_allreduce(tp_link, t, replicated);
     }
   }

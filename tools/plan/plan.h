@@ -34,21 +34,21 @@ struct CodecSpeed {
 };
 
 struct Cluster {
-  std::string source;  // file, for messages
+  std::string source;          // file, for messages
   int gpus_per_node_line = 0;  // where gpus_per_node is written, for a layout that does not fit
   std::string name;
   int nodes = 1;
   int gpus_per_node = 1;
-  int ranks_per_gpu = 1;       // ranks that may share one device (time-sliced)
-  int dtype_bytes = 2;         // 2: bf16 (GPU), 4: fp32 (CPU ranks)
+  int ranks_per_gpu = 1;  // ranks that may share one device (time-sliced)
+  int dtype_bytes = 2;    // 2: bf16 (GPU), 4: fp32 (CPU ranks)
   // Achieved model TFLOP/s of one device (6N + 6LTd FLOPs per token, taco-bench step's count):
   // one figure, or one per model width (the nearest d_model's is used).
   double compute_tflops = 0;
   std::map<int, double> compute_tflops_by_d_model;
-  double peak_tflops = 0;      // the device's peak, for MFU (0: MFU against compute_tflops)
+  double peak_tflops = 0;  // the device's peak, for MFU (0: MFU against compute_tflops)
   std::map<std::string, Link> links;
-  std::string intra_node;      // link level between ranks of one node
-  std::string inter_node;      // between nodes ("" on one node)
+  std::string intra_node;                    // link level between ranks of one node
+  std::string inter_node;                    // between nodes ("" on one node)
   std::map<std::string, CodecSpeed> codecs;  // "taco"
 
   int devices() const { return nodes * gpus_per_node; }
@@ -87,17 +87,17 @@ const char* policy_name(Policy p);
 struct Prediction {
   Layout layout;
   Policy policy = Policy::none;
-  int microbatches = 1;      // per replica and step
+  int microbatches = 1;  // per replica and step
   double step_ms = 0;
-  double compute_ms = 0;     // on the critical path, bubble excluded
-  double bubble_ms = 0;      // 1F1B: (pp - 1) stage slots, compute and their communication
-  double comm_ms = 0;        // every collective on the critical path (bubble's share included)
+  double compute_ms = 0;       // on the critical path, bubble excluded
+  double bubble_ms = 0;        // 1F1B: (pp - 1) stage slots, compute and their communication
+  double comm_ms = 0;          // every collective on the critical path (bubble's share included)
   double exposed_comm_ms = 0;  // not overlapped with compute: all of it in taco today
   double tp_ms = 0, pp_ms = 0, dp_ms = 0;  // comm_ms split by group (tp includes sp.grad)
-  double codec_ms = 0;       // part of tp_ms
-  double tp_wire_mb = 0;     // bytes one rank sends on tp sites per step, MB (1e6)
+  double codec_ms = 0;                     // part of tp_ms
+  double tp_wire_mb = 0;                   // bytes one rank sends on tp sites per step, MB (1e6)
   double tokens_per_s = 0;
-  double mfu = 0;            // model FLOPs / (step x devices x peak)
+  double mfu = 0;  // model FLOPs / (step x devices x peak)
   double comm_share() const { return step_ms > 0 ? comm_ms / step_ms : 0; }
 };
 
