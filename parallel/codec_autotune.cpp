@@ -93,6 +93,12 @@ double fastest(int repeats, Fn fn) {
   return best;
 }
 
+// Messages that share one decision: the same site, layer, op, dtype, shape and codec path.
+bool same_key(const AutoMessage& a, const AutoMessage& b) {
+  return a.site == b.site && a.layer == b.layer && a.op == b.op && a.dtype == b.dtype &&
+         a.shape == b.shape && a.device_codec == b.device_codec;
+}
+
 bool point_to_point(CommOp op) {
   return op == CommOp::send || op == CommOp::recv || op == CommOp::send_recv;
 }
@@ -119,17 +125,11 @@ CodecAutotune::CodecAutotune(Communicator& comm, double margin)
 
 bool CodecAutotune::compress(const AutoMessage& m, const Codec& candidate) {
   for (const Entry& e : decided_) {
-    const AutoMessage& d = e.message;
-    if (d.site == m.site && d.layer == m.layer && d.op == m.op && d.dtype == m.dtype &&
-        d.shape == m.shape && d.device_codec == m.device_codec &&
-        e.candidate == candidate.options())
-      return e.compress;
+    if (same_key(e.message, m) && e.candidate == candidate.options()) return e.compress;
   }
   AutoDecision d = decide(m, candidate);
   for (const Entry& e : before_recheck_) {
-    if (e.message.site == m.site && e.message.layer == m.layer && e.message.op == m.op &&
-        e.message.shape == m.shape)
-      d.previous = e.compress;
+    if (same_key(e.message, m)) d.previous = e.compress;
   }
   decided_.push_back({m, candidate.options(), d.prediction.compress});
   new_.push_back(d);

@@ -58,7 +58,7 @@ AutoPrediction predict_auto_codec(CommOp op, int ranks, double native_bytes, dou
 
 // A message codec: auto is asked about.
 struct AutoMessage {
-  Site site;
+  Site site = Site::embed_fwd;
   int layer = -1;  // -1: a model-wide site
   CommOp op = CommOp::all_reduce;
   DType dtype = DType::f32;

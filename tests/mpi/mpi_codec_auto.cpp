@@ -17,7 +17,7 @@
 #include "parallel/compressed_site_comm.h"
 #include "parallel/mpi_communicator.h"
 #include "tests/mpi/mpi_test_fixture.h"
-#include "tests/support/fortune_data.h"
+#include "tests/mpi/tiny_tp2_config.h"
 
 namespace taco {
 namespace {
@@ -196,31 +196,7 @@ TEST_F(CodecAuto, PointToPointSitesAreNotTuned) {
 
 // --- training ------------------------------------------------------------------------------
 
-// mpi_compressed_training's tiny model at tp = 2 (4 layers, d_model 32) with `compression`
-// overrides.
-Config tp2_config(int steps, const std::vector<std::string>& compression) {
-  const std::string data = test::fortune_shards("codec_auto_shards");
-  std::vector<std::string> o = {"model.n_layer=4",
-                                "model.n_head=4",
-                                "model.d_model=32",
-                                "model.seq_len=16",
-                                "train.micro_batch_size=2",
-                                "train.global_batch_tokens=512",
-                                "train.steps=" + std::to_string(steps),
-                                "train.lr=3e-3",
-                                "train.warmup_steps=2",
-                                "train.seed=7",
-                                "log.every=2",
-                                "log.eval_every=0",
-                                "log.eval_batches=2",
-                                "data.train=" + data + "/train_*.bin",
-                                "data.val=" + data + "/val_*.bin",
-                                "parallel.tp=2",
-                                "compression.min_bytes=0"};
-  o.insert(o.end(), compression.begin(), compression.end());
-  const std::string yaml = test::read_file(test::source_dir() + "/configs/tiny-cpu.yaml");
-  return load_config_text(yaml, "codec auto test", o);
-}
+using test::tiny_tp2_config;
 
 std::vector<double> losses(const Config& c) { return Trainer(c, RunContext{}).run().train_loss; }
 
@@ -230,20 +206,20 @@ std::vector<double> losses(const Config& c) { return Trainer(c, RunContext{}).ru
 TEST_F(CodecAuto, TrainingWithAutoHasTheLossesOfTheCodecItChose) {
   if (world_size_ != 2) GTEST_SKIP() << "needs 2 ranks (tp = 2)";
   constexpr int kSteps = 6;
-  const std::vector<double> none = losses(tp2_config(kSteps, {}));
+  const std::vector<double> none = losses(tiny_tp2_config(kSteps, {}));
   const std::vector<double> taco =
-      losses(tp2_config(kSteps, {"compression.default={codec: taco, group: 32}"}));
+      losses(tiny_tp2_config(kSteps, {"compression.default={codec: taco, group: 32}"}));
   const std::vector<std::string> automatic = {
       "compression.default={codec: auto, candidate: taco, group: 32}",
       "compression.auto_recheck_steps=2"};
   std::vector<double> fast, slow;
   {
     const LinkHook hook(kFastLink);
-    fast = losses(tp2_config(kSteps, automatic));
+    fast = losses(tiny_tp2_config(kSteps, automatic));
   }
   {
     const LinkHook hook(kSlowLink);
-    slow = losses(tp2_config(kSteps, automatic));
+    slow = losses(tiny_tp2_config(kSteps, automatic));
   }
   EXPECT_EQ(fast, none);
   EXPECT_EQ(slow, taco);
