@@ -90,17 +90,32 @@ CompressedSiteComm::CompressedSiteComm(Communicator& comm, const CompressionPoli
                                        SiteCalibration* calibration)
     : SiteComm(comm), policy_(policy), calibration_(calibration), collectives_(comm) {}
 
-const Codec* CompressedSiteComm::codec_for(const char* site, int layer, size_t bytes) {
+const Codec* CompressedSiteComm::codec_for(const char* site, int layer, CommOp op, const Tensor& t,
+                                           int rows) {
   if (size() == 1) return nullptr;
   Site s;
   if (!parse_site(site, &s)) return nullptr;
-  const CodecOptions options =
-      canonical(policy_.resolve(site_is_per_layer(s) ? layer : -1, s, int64_t(bytes)));
+  layer = site_is_per_layer(s) ? layer : -1;
+  const CodecOptions options = canonical(policy_.resolve(layer, s, int64_t(t.bytes())));
   if (options.kind == CodecKind::none) return nullptr;
-  for (const auto& codec : codecs_)
-    if (codec->options() == options) return codec.get();
-  codecs_.push_back(make_codec(options));
-  return codecs_.back().get();
+  const Codec* codec = nullptr;
+  for (const auto& c : codecs_)
+    if (c->options() == options) codec = c.get();
+  if (!codec) codec = codecs_.emplace_back(make_codec(options)).get();
+  if (policy_.automatic(layer, s) && !auto_compresses(s, layer, op, t, rows, *codec))
+    return nullptr;
+  return codec;
+}
+
+bool CompressedSiteComm::auto_compresses(Site site, int layer, CommOp op, const Tensor& t, int rows,
+                                         const Codec& candidate) {
+  if (!autotune_) autotune_ = std::make_unique<CodecAutotune>(comm_, policy_.auto_margin());
+  // The path on_device() would take, without making its collectives.
+  const bool device_codec = t.device != DeviceKind::cpu && candidate.has_device_path() &&
+                            std::string_view(communicator().backend()) != "mpi";
+  const AutoMessage m{site,     layer,       op, t.dtype, shape_of(t.numel, rows, site_name(site)),
+                      t.device, device_codec};
+  return autotune_->compress(m, candidate);
 }
 
 bool CompressedSiteComm::on_device(const Tensor& t, const Codec& codec) {
@@ -155,7 +170,7 @@ void CompressedSiteComm::record(const char* site, CommOp native, size_t logical,
 
 void CompressedSiteComm::all_reduce(const Tensor& x, int rows, const char* site, int layer) {
   WatchScope watch("all_reduce", site, layer, comm_);
-  const Codec* codec = codec_for(site, layer, x.bytes());
+  const Codec* codec = codec_for(site, layer, CommOp::all_reduce, x, rows);
   if (!codec) return SiteComm::all_reduce(x, rows, site, layer);
   const auto t0 = Clock::now();
   const MessageShape shape = shape_of(x.numel, rows, site);
@@ -175,7 +190,7 @@ void CompressedSiteComm::all_reduce(const Tensor& x, int rows, const char* site,
 void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows,
                                         const char* site, int layer) {
   WatchScope watch("reduce_scatter", site, layer, comm_);
-  const Codec* codec = codec_for(site, layer, in.bytes());
+  const Codec* codec = codec_for(site, layer, CommOp::reduce_scatter, in, rows);
   if (!codec) return SiteComm::reduce_scatter(in, out, rows, site, layer);
   TACO_CHECK(in.dtype == out.dtype && out.numel * size_t(size()) == in.numel,
              std::string("reduce_scatter at ") + site + ": output is not 1/size of the input");
@@ -199,7 +214,7 @@ void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int
 void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
                                     int layer) {
   WatchScope watch("all_gather", site, layer, comm_);
-  const Codec* codec = codec_for(site, layer, out.bytes());
+  const Codec* codec = codec_for(site, layer, CommOp::all_gather, out, rows);
   if (!codec) return SiteComm::all_gather(in, out, rows, site, layer);
   TACO_CHECK(in.dtype == out.dtype && in.numel * size_t(size()) == out.numel,
              std::string("all_gather at ") + site + ": input is not 1/size of the output");
@@ -224,7 +239,7 @@ void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int row
 
 void CompressedSiteComm::send(const Tensor& x, int peer, const char* site, int layer) {
   WatchScope watch("send", site, layer, comm_, peer);
-  const Codec* codec = codec_for(site, layer, x.bytes());
+  const Codec* codec = codec_for(site, layer, CommOp::send, x, 0);
   if (!codec) return SiteComm::send(x, peer, site, layer);
   const auto t0 = Clock::now();
   const MessageShape shape = shape_of(x.numel, 0, site);
@@ -242,7 +257,7 @@ void CompressedSiteComm::send(const Tensor& x, int peer, const char* site, int l
 
 void CompressedSiteComm::recv(const Tensor& x, int peer, const char* site, int layer) {
   WatchScope watch("recv", site, layer, comm_, peer);
-  const Codec* codec = codec_for(site, layer, x.bytes());
+  const Codec* codec = codec_for(site, layer, CommOp::recv, x, 0);
   if (!codec) return SiteComm::recv(x, peer, site, layer);
   const auto t0 = Clock::now();
   const MessageShape shape = shape_of(x.numel, 0, site);
@@ -260,8 +275,8 @@ void CompressedSiteComm::recv(const Tensor& x, int peer, const char* site, int l
 void CompressedSiteComm::send_recv(const Tensor& out, int dst, const char* out_site,
                                    const Tensor& in, int src, const char* in_site) {
   WatchScope watch("send_recv", out_site, -1, comm_, dst, src);
-  const Codec* out_codec = codec_for(out_site, -1, out.bytes());
-  const Codec* in_codec = codec_for(in_site, -1, in.bytes());
+  const Codec* out_codec = codec_for(out_site, -1, CommOp::send, out, 0);
+  const Codec* in_codec = codec_for(in_site, -1, CommOp::recv, in, 0);
   // Both directions compressed or neither: a mixed pair would need two kinds of buffers in one
   // exchange; it falls back to sending each side as its own message.
   if (!out_codec && !in_codec) return SiteComm::send_recv(out, dst, out_site, in, src, in_site);

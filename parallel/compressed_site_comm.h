@@ -25,6 +25,7 @@
 #include "compression/calibration.h"
 #include "compression/codec.h"
 #include "compression/policy.h"
+#include "parallel/codec_autotune.h"
 #include "parallel/compressed_collectives.h"
 #include "parallel/device_compressed_collectives.h"
 #include "parallel/site_comm.h"
@@ -60,6 +61,8 @@ class CompressedSiteComm : public SiteComm {
 
   // Whether compressed calls measure their error (the trainer turns it on for logged steps).
   void measure_errors(bool on) { measure_ = on; }
+  // codec: auto's decisions on this group (parallel/codec_autotune.h); null before its first.
+  CodecAutotune* autotune() const { return autotune_.get(); }
 
   void all_reduce(const Tensor& x, int rows, const char* site, int layer) override;
   void reduce_scatter(const Tensor& in, const Tensor& out, int rows, const char* site,
@@ -72,8 +75,12 @@ class CompressedSiteComm : public SiteComm {
                  const char* in_site) override;
 
  private:
-  // The codec for a message of `bytes` at (site, layer), or nullptr for the native path.
-  const Codec* codec_for(const char* site, int layer, size_t bytes);
+  // The codec for the message `t` of `op` at (site, layer) ([rows, cols] as the call passes
+  // them), or nullptr for the native path.
+  const Codec* codec_for(const char* site, int layer, CommOp op, const Tensor& t, int rows);
+  // codec: auto at (site, layer): whether `t` goes through `candidate`.
+  bool auto_compresses(Site site, int layer, CommOp op, const Tensor& t, int rows,
+                       const Codec& candidate);
   // Whether a message in `t` with `codec` takes the device path; makes its collectives then.
   bool on_device(const Tensor& t, const Codec& codec);
   // Host memory of a tensor: itself, or a copy of a device tensor in `stage` (copy = false
@@ -90,6 +97,7 @@ class CompressedSiteComm : public SiteComm {
   SiteCalibration* calibration_;
   CompressedCollectives collectives_;
   std::unique_ptr<DeviceCompressedCollectives> device_collectives_;  // made on first use
+  std::unique_ptr<CodecAutotune> autotune_;                          // made on first use
   std::vector<std::unique_ptr<Codec>> codecs_;  // one per distinct option set, built on first use
   std::vector<uint8_t> stage_in_, stage_out_;   // host copies of device tensors
   bool measure_ = false;
