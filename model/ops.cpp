@@ -1,8 +1,18 @@
+// model/ops.h on both devices, one function per op. An op looks where its output lives: on the
+// CPU it runs the fp32 (or fp64) reference of kernels/cpu; on a GPU the bf16 kernel of
+// kernels/cuda, queued on the legacy default stream so that it is ordered with the blocking
+// device_copy() calls the model makes. Where a CUDA kernel does two things at once
+// (embedding_backward: dwte and dwpe), the op passes nullptr for the other.
+//
+// Every CUDA call sits under `if constexpr (built_with_cuda())`: a CPU-only build compiles it out
+// and links without the CUDA kernels. There on_gpu() refuses a CUDA tensor, the one place that
+// says so for every op.
 #include "model/ops.h"
 
 #include <cstring>
 #include <string>
 
+#include "engine/runtime/memory.h"
 #include "kernels/attention.h"
 #include "kernels/check.h"
 #include "kernels/crossentropy.h"
@@ -12,11 +22,23 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
-#include "model/ops_cuda.h"
 
 namespace taco::ops {
 
 namespace {
+
+constexpr Stream kStream = nullptr;  // the legacy default stream
+
+// Does `op` run on the GPU, i.e. is `device` (its output's) CUDA? A build without CUDA has no
+// GPU path: a CUDA tensor is a UserError there.
+bool on_gpu(DeviceKind device, const char* op) {
+  if (device != DeviceKind::cuda) return false;
+  if (!built_with_cuda())
+    throw UserError(std::string("CUDA op ") + op +
+                    ": this build has no CUDA backend; rebuild with CUDA or set train.device: cpu");
+  return true;
+}
+bool on_gpu(const Tensor& t, const char* op) { return on_gpu(t.device, op); }
 
 [[noreturn]] void unsupported(const char* op, const Tensor& t) {
   fail_status("taco", op, 0,
@@ -25,14 +47,37 @@ namespace {
               __FILE__, __LINE__);
 }
 
+// CPU views: the element pointer, nullptr for an empty view.
 template <class Real>
 Real* ptr(const Tensor& t) {
-  return static_cast<Real*>(t.data);  // nullptr for an empty view
+  return static_cast<Real*>(t.data);
 }
 
 const int32_t* ids(const Tensor& t) { return static_cast<const int32_t*>(t.data); }
 
-bool on_gpu(const Tensor& t) { return t.device == DeviceKind::cuda; }
+// CUDA views: the element pointer of a device view of `dtype`; nullptr for an empty view
+// (optional inputs).
+template <class T>
+T* typed(const Tensor& t, DType dtype, const char* op, const char* name) {
+  if (t.empty()) return nullptr;
+  if (t.device != DeviceKind::cuda || t.dtype != dtype) {
+    fail_status("taco", op, 0,
+                std::string(name) + " must be a CUDA " + dtype_name(dtype) + " tensor, got " +
+                    dtype_name(t.dtype) + " on " + (t.device == DeviceKind::cuda ? "cuda" : "cpu"),
+                __FILE__, __LINE__);
+  }
+  return static_cast<T*>(t.data);
+}
+
+bf16* bf(const Tensor& t, const char* op, const char* name) {
+  return typed<bf16>(t, DType::bf16, op, name);
+}
+float* f32(const Tensor& t, const char* op, const char* name) {
+  return typed<float>(t, DType::f32, op, name);
+}
+const int32_t* i32(const Tensor& t, const char* op, const char* name) {
+  return typed<const int32_t>(t, DType::i32, op, name);
+}
 
 }  // namespace
 
@@ -52,49 +97,80 @@ bool on_gpu(const Tensor& t) { return t.device == DeviceKind::cuda; }
 
 void zero(const Tensor& t) {
   if (t.empty()) return;
-  if (on_gpu(t)) return cuda_ops::zero(t);
+  if (on_gpu(t, "zero")) return device_memset_zero_async(t.data, t.bytes(), kStream);
   std::memset(t.data, 0, t.bytes());
 }
 
 void copy(const Tensor& dst, const Tensor& src) {
   TACO_CHECK(dst.bytes() == src.bytes(), "ops::copy size mismatch");
-  if (on_gpu(dst) || on_gpu(src)) return cuda_ops::copy(dst, src);
+  // Either side may be host memory; the copy orders itself with the default stream.
+  if (on_gpu(dst, "copy") || on_gpu(src, "copy"))
+    return device_copy(dst.data, src.data, src.bytes(), dst.device, src.device);
   std::memcpy(dst.data, src.data, src.bytes());
 }
 
 void token_embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N,
                              int C, int vocab_start, int V) {
-  if (on_gpu(out)) return cuda_ops::token_embedding_forward(out, tokens, wte, N, C, vocab_start, V);
-  TACO_CPU_REAL("token_embedding_forward", out,
+  const char* op = "token_embedding_forward";
+  if (on_gpu(out, op)) {
+    // Without wpe the kernel's T only indexes positions, which it then skips: one row of N.
+    if constexpr (built_with_cuda())
+      cuda::embedding_forward(bf(out, op, "out"), i32(tokens, op, "tokens"), bf(wte, op, "wte"),
+                              nullptr, 1, N, C, vocab_start, V, kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, out,
                 cpu::token_embedding_forward(ptr<Real>(out), ids(tokens), ptr<Real>(wte), N, C,
                                              vocab_start, V));
 }
 
 void token_embedding_backward(const Tensor& dwte, const Tensor& dout, const Tensor& tokens, int N,
                               int C, int vocab_start, int V) {
-  if (on_gpu(dwte))
-    return cuda_ops::token_embedding_backward(dwte, dout, tokens, N, C, vocab_start, V);
-  TACO_CPU_REAL("token_embedding_backward", dwte,
+  const char* op = "token_embedding_backward";
+  if (on_gpu(dwte, op)) {
+    if constexpr (built_with_cuda())
+      cuda::embedding_backward(bf(dwte, op, "dwte"), nullptr, bf(dout, op, "dout"),
+                               i32(tokens, op, "tokens"), 1, N, C, vocab_start, V, kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, dwte,
                 cpu::token_embedding_backward(ptr<Real>(dwte), ptr<Real>(dout), ids(tokens), N, C,
                                               vocab_start, V));
 }
 
 void position_embedding_forward(const Tensor& out, const Tensor& wpe, int B, int T, int C) {
-  if (on_gpu(out)) return cuda_ops::position_embedding_forward(out, wpe, B, T, C);
-  TACO_CPU_REAL("position_embedding_forward", out,
-                cpu::position_embedding_forward(ptr<Real>(out), ptr<Real>(wpe), B, T, C));
+  const char* op = "position_embedding_forward";
+  if (on_gpu(out, op)) {
+    if constexpr (built_with_cuda())
+      cuda::position_embedding_forward(bf(out, op, "out"), bf(wpe, op, "wpe"), B, T, C, kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, out, cpu::position_embedding_forward(ptr<Real>(out), ptr<Real>(wpe), B, T, C));
 }
 
 void position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int B, int T, int C) {
-  if (on_gpu(dwpe)) return cuda_ops::position_embedding_backward(dwpe, dout, B, T, C);
-  TACO_CPU_REAL("position_embedding_backward", dwpe,
+  const char* op = "position_embedding_backward";
+  if (on_gpu(dwpe, op)) {
+    if constexpr (built_with_cuda())
+      cuda::embedding_backward(nullptr, bf(dwpe, op, "dwpe"), bf(dout, op, "dout"), nullptr, B, T,
+                               C, 0, 0, kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, dwpe,
                 cpu::position_embedding_backward(ptr<Real>(dwpe), ptr<Real>(dout), B, T, C));
 }
 
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias, int N, int C) {
-  if (on_gpu(out)) return cuda_ops::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
-  TACO_CPU_REAL("layernorm_forward", out,
+  const char* op = "layernorm_forward";
+  if (on_gpu(out, op)) {
+    if constexpr (built_with_cuda())
+      cuda::layernorm_forward(bf(out, op, "out"), f32(mean, op, "mean"), f32(rstd, op, "rstd"),
+                              bf(inp, op, "inp"), bf(weight, op, "weight"), bf(bias, op, "bias"), N,
+                              C, kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, out,
                 cpu::layernorm_forward(ptr<Real>(out), ptr<Real>(mean), ptr<Real>(rstd),
                                        ptr<Real>(inp), ptr<Real>(weight), ptr<Real>(bias), N, C));
 }
@@ -103,13 +179,19 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
                         const Tensor& dout, const Tensor& inp, const Tensor& weight,
                         const Tensor& mean, const Tensor& rstd, int N, int C,
                         const Tensor& dinp_column_sums) {
-  if (on_gpu(dinp))
-    return cuda_ops::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
-                                        dinp_column_sums);
+  const char* op = "layernorm_backward";
+  if (on_gpu(dinp, op)) {
+    if constexpr (built_with_cuda())
+      cuda::layernorm_backward(
+          bf(dinp, op, "dinp"), bf(dweight, op, "dweight"), bf(dbias, op, "dbias"),
+          bf(dout, op, "dout"), bf(inp, op, "inp"), bf(weight, op, "weight"), f32(mean, op, "mean"),
+          f32(rstd, op, "rstd"), N, C, kStream, bf(dinp_column_sums, op, "dinp_column_sums"));
+    return;
+  }
   TACO_CHECK(dinp_column_sums.empty(),
              "layernorm_backward: dinp_column_sums is a CUDA fusion; the CPU reference takes the "
              "bias gradient from matmul_backward");
-  TACO_CPU_REAL("layernorm_backward", dinp,
+  TACO_CPU_REAL(op, dinp,
                 cpu::layernorm_backward(ptr<Real>(dinp), ptr<Real>(dweight), ptr<Real>(dbias),
                                         ptr<Real>(dout), ptr<Real>(inp), ptr<Real>(weight),
                                         ptr<Real>(mean), ptr<Real>(rstd), N, C));
@@ -117,8 +199,14 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
 
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     int N, int IC, int OC) {
-  if (on_gpu(out)) return cuda_ops::matmul_forward(out, inp, weight, bias, N, IC, OC);
-  TACO_CPU_REAL("matmul_forward", out,
+  const char* op = "matmul_forward";
+  if (on_gpu(out, op)) {
+    if constexpr (built_with_cuda())
+      cuda::matmul_forward(bf(out, op, "out"), bf(inp, op, "inp"), bf(weight, op, "weight"),
+                           bf(bias, op, "bias"), N, IC, OC, /*pre_gelu=*/nullptr, kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, out,
                 cpu::matmul_forward(ptr<Real>(out), ptr<Real>(inp), ptr<Real>(weight),
                                     ptr<Real>(bias), N, IC, OC));
 }
@@ -126,11 +214,17 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight, int N, int IC,
                      int OC) {
-  if (on_gpu(dweight))
-    return cuda_ops::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+  const char* op = "matmul_backward";
+  if (on_gpu(dweight, op)) {
+    if constexpr (built_with_cuda())
+      cuda::matmul_backward(bf(dinp, op, "dinp"), bf(dweight, op, "dweight"),
+                            bf(dbias, op, "dbias"), bf(dout, op, "dout"), bf(inp, op, "inp"),
+                            bf(weight, op, "weight"), N, IC, OC, /*pre_gelu=*/nullptr, kStream);
+    return;
+  }
   zero(dinp);  // the CPU kernel adds; this level writes
   TACO_CPU_REAL(
-      "matmul_backward", dweight,
+      op, dweight,
       cpu::matmul_backward(ptr<Real>(dinp), ptr<Real>(dweight), ptr<Real>(dbias), ptr<Real>(dout),
                            ptr<Real>(inp), ptr<Real>(weight), N, IC, OC));
 }
@@ -142,37 +236,64 @@ size_t attention_saved_numel(DeviceKind device, int B, int T, int NH) {
 
 void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, int B, int T,
                        int C, int NH) {
-  if (on_gpu(out)) return cuda_ops::attention_forward(out, saved, qkv, B, T, C, NH);
+  const char* op = "attention_forward";
+  if (on_gpu(out, op)) {
+    if constexpr (built_with_cuda())
+      cuda::attention_forward(bf(out, op, "out"), f32(saved, op, "lse"), bf(qkv, op, "qkv"), B, T,
+                              C, NH, kStream);
+    return;
+  }
   TACO_CPU_REAL(
-      "attention_forward", out,
+      op, out,
       cpu::attention_forward(ptr<Real>(out), ptr<Real>(saved), ptr<Real>(qkv), B, T, C, NH));
 }
 
 std::string attention_engine_description(DeviceKind device, int B, int T, int C, int NH) {
-  if (device == DeviceKind::cuda) return cuda_ops::attention_engine_description(B, T, C, NH);
-  return "CPU reference";
+  if (!on_gpu(device, "attention_forward")) return "CPU reference";
+  std::string forward, backward;
+  if constexpr (built_with_cuda()) {
+    forward = cuda::attention_engine_description(false, B, T, C, NH);
+    backward = cuda::attention_engine_description(true, B, T, C, NH);
+  }
+  if (forward == backward) return forward;
+  return "forward " + forward + ", backward " + backward;
 }
 
 size_t attention_backward_scratch_bytes(DeviceKind device, int B, int T, int C, int NH) {
-  if (device == DeviceKind::cuda) return cuda_ops::attention_backward_scratch_bytes(B, T, C, NH);
+  if (!on_gpu(device, "attention_backward")) return 0;
+  if constexpr (built_with_cuda()) return cuda::attention_backward_scratch_bytes(B, T, C, NH);
   return 0;
 }
 
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                         const Tensor& out, const Tensor& saved, const Tensor& scratch, int B, int T,
                         int C, int NH) {
-  if (on_gpu(dqkv))
-    return cuda_ops::attention_backward(dqkv, dout, qkv, out, saved, scratch, B, T, C, NH);
+  const char* op = "attention_backward";
+  if (on_gpu(dqkv, op)) {
+    if constexpr (built_with_cuda()) {
+      TACO_CHECK(scratch.bytes() >= cuda::attention_backward_scratch_bytes(B, T, C, NH),
+                 "attention_backward: scratch smaller than attention_backward_scratch_bytes");
+      cuda::attention_backward(bf(dqkv, op, "dqkv"), bf(dout, op, "dout"), bf(qkv, op, "qkv"),
+                               bf(out, op, "out"), f32(saved, op, "lse"), B, T, C, NH, scratch.data,
+                               kStream);
+    }
+    return;
+  }
   zero(dqkv);
-  TACO_CPU_REAL("attention_backward", dqkv,
+  TACO_CPU_REAL(op, dqkv,
                 cpu::attention_backward(ptr<Real>(dqkv), ptr<Real>(dout), ptr<Real>(qkv),
                                         ptr<Real>(saved), B, T, C, NH));
 }
 
 void matmul_gelu_forward(const Tensor& out, const Tensor& pre_gelu, const Tensor& inp,
                          const Tensor& weight, const Tensor& bias, int N, int IC, int OC) {
-  if (on_gpu(out))
-    return cuda_ops::matmul_gelu_forward(out, pre_gelu, inp, weight, bias, N, IC, OC);
+  const char* op = "matmul_gelu_forward";
+  if (on_gpu(out, op)) {
+    if constexpr (built_with_cuda())
+      cuda::matmul_forward(bf(out, op, "out"), bf(inp, op, "inp"), bf(weight, op, "weight"),
+                           bf(bias, op, "bias"), N, IC, OC, bf(pre_gelu, op, "pre_gelu"), kStream);
+    return;
+  }
   matmul_forward(pre_gelu, inp, weight, bias, N, IC, OC);
   gelu_forward(out, pre_gelu);
 }
@@ -182,67 +303,118 @@ bool matmul_gelu_backward_needs_scratch(DeviceKind device) { return device != De
 void matmul_gelu_backward(const Tensor& dpre, const Tensor& dweight, const Tensor& dbias,
                           const Tensor& dout, const Tensor& inp, const Tensor& weight,
                           const Tensor& pre_gelu, const Tensor& scratch, int N, int IC, int OC) {
-  if (on_gpu(dpre))
-    return cuda_ops::matmul_gelu_backward(dpre, dweight, dbias, dout, inp, weight, pre_gelu, N, IC,
-                                          OC);
+  const char* op = "matmul_gelu_backward";
+  if (on_gpu(dpre, op)) {
+    if constexpr (built_with_cuda())
+      cuda::matmul_backward(bf(dpre, op, "dpre"), bf(dweight, op, "dweight"),
+                            bf(dbias, op, "dbias"), bf(dout, op, "dout"), bf(inp, op, "inp"),
+                            bf(weight, op, "weight"), N, IC, OC, bf(pre_gelu, op, "pre_gelu"),
+                            kStream);
+    return;
+  }
   TACO_CHECK(scratch.numel == size_t(N) * IC, "matmul_gelu_backward: scratch must be [N, IC]");
   matmul_backward(scratch, dweight, dbias, dout, inp, weight, N, IC, OC);
   gelu_backward(dpre, pre_gelu, scratch);
 }
 
 void gelu_forward(const Tensor& out, const Tensor& inp) {
-  if (on_gpu(out)) return cuda_ops::gelu_forward(out, inp);
-  TACO_CPU_REAL("gelu_forward", out, cpu::gelu_forward(ptr<Real>(out), ptr<Real>(inp), out.numel));
+  const char* op = "gelu_forward";
+  if (on_gpu(out, op)) {
+    if constexpr (built_with_cuda())
+      cuda::gelu_forward(bf(out, op, "out"), bf(inp, op, "inp"), out.numel, kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, out, cpu::gelu_forward(ptr<Real>(out), ptr<Real>(inp), out.numel));
 }
 
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
-  if (on_gpu(dinp)) return cuda_ops::gelu_backward(dinp, inp, dout);
+  const char* op = "gelu_backward";
+  if (on_gpu(dinp, op)) {
+    if constexpr (built_with_cuda())
+      cuda::gelu_backward(bf(dinp, op, "dinp"), bf(inp, op, "inp"), bf(dout, op, "dout"),
+                          dinp.numel, kStream);
+    return;
+  }
   zero(dinp);
-  TACO_CPU_REAL("gelu_backward", dinp,
+  TACO_CPU_REAL(op, dinp,
                 cpu::gelu_backward(ptr<Real>(dinp), ptr<Real>(inp), ptr<Real>(dout), dinp.numel));
 }
 
 void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
-  if (on_gpu(out)) return cuda_ops::residual_forward(out, a, b);
-  TACO_CPU_REAL("residual_forward", out,
+  const char* op = "residual_forward";
+  if (on_gpu(out, op)) {
+    if constexpr (built_with_cuda())
+      cuda::residual_forward(bf(out, op, "out"), bf(a, op, "a"), bf(b, op, "b"), out.numel,
+                             kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, out,
                 cpu::residual_forward(ptr<Real>(out), ptr<Real>(a), ptr<Real>(b), out.numel));
 }
 
 void residual_layernorm_forward(const Tensor& residual_out, const Tensor& out, const Tensor& mean,
                                 const Tensor& rstd, const Tensor& a, const Tensor& b,
                                 const Tensor& weight, const Tensor& bias, int N, int C) {
+  const char* op = "residual_layernorm_forward";
   TACO_CHECK(out.data != a.data && out.data != b.data,
              "residual_layernorm_forward: out may not alias an input");
-  if (on_gpu(out))
-    return cuda_ops::residual_layernorm_forward(residual_out, out, mean, rstd, a, b, weight, bias,
-                                                N, C);
+  if (on_gpu(out, op)) {
+    if constexpr (built_with_cuda())
+      cuda::fused_residual_layernorm_forward(
+          bf(residual_out, op, "residual_out"), bf(out, op, "out"), f32(mean, op, "mean"),
+          f32(rstd, op, "rstd"), bf(a, op, "a"), bf(b, op, "b"), bf(weight, op, "weight"),
+          bf(bias, op, "bias"), N, C, kStream);
+    return;
+  }
   residual_forward(residual_out, a, b);
   layernorm_forward(out, mean, rstd, residual_out, weight, bias, N, C);
 }
 
 void add_inplace(const Tensor& y, const Tensor& x) {
-  if (on_gpu(y)) return cuda_ops::add_inplace(y, x);
-  TACO_CPU_REAL("add_inplace", y, cpu::add_inplace(ptr<Real>(y), ptr<Real>(x), y.numel));
+  const char* op = "add_inplace";
+  if (on_gpu(y, op)) {
+    if constexpr (built_with_cuda())
+      cuda::add_inplace(bf(y, op, "y"), bf(x, op, "x"), y.numel, kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, y, cpu::add_inplace(ptr<Real>(y), ptr<Real>(x), y.numel));
 }
 
 void bias_add(const Tensor& out, const Tensor& bias, int N, int C) {
-  if (on_gpu(out)) return cuda_ops::bias_add(out, bias, N, C);
-  TACO_CPU_REAL("bias_add", out, cpu::bias_add(ptr<Real>(out), ptr<Real>(bias), N, C));
+  const char* op = "bias_add";
+  if (on_gpu(out, op)) {
+    if constexpr (built_with_cuda())
+      cuda::bias_add(bf(out, op, "out"), bf(bias, op, "bias"), N, C, kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, out, cpu::bias_add(ptr<Real>(out), ptr<Real>(bias), N, C));
 }
 
 void crossentropy_row_max(const Tensor& row_max, const Tensor& logits, int N, int V, int V_valid) {
-  if (on_gpu(logits)) return cuda_ops::crossentropy_row_max(row_max, logits, N, V, V_valid);
-  TACO_CPU_REAL("crossentropy_row_max", logits,
+  const char* op = "crossentropy_row_max";
+  if (on_gpu(logits, op)) {
+    if constexpr (built_with_cuda())
+      cuda::crossentropy_row_max(f32(row_max, op, "row_max"), bf(logits, op, "logits"), N, V,
+                                 V_valid, kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, logits,
                 cpu::crossentropy_row_max(ptr<Real>(row_max), ptr<Real>(logits), N, V, V_valid));
 }
 
 void crossentropy_sumexp_target(const Tensor& sumexp, const Tensor& target_logit,
                                 const Tensor& logits, const Tensor& row_max, const Tensor& targets,
                                 int N, int V, int V_valid, int vocab_start) {
-  if (on_gpu(logits))
-    return cuda_ops::crossentropy_sumexp_target(sumexp, target_logit, logits, row_max, targets, N,
-                                                V, V_valid, vocab_start);
-  TACO_CPU_REAL("crossentropy_sumexp_target", logits,
+  const char* op = "crossentropy_sumexp_target";
+  if (on_gpu(logits, op)) {
+    if constexpr (built_with_cuda())
+      cuda::crossentropy_sumexp_target(
+          f32(sumexp, op, "sumexp"), f32(target_logit, op, "target_logit"),
+          bf(logits, op, "logits"), f32(row_max, op, "row_max"), i32(targets, op, "targets"), N, V,
+          V_valid, vocab_start, kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, logits,
                 cpu::crossentropy_sumexp_target(ptr<Real>(sumexp), ptr<Real>(target_logit),
                                                 ptr<Real>(logits), ptr<Real>(row_max), ids(targets),
                                                 N, V, V_valid, vocab_start));
@@ -250,8 +422,15 @@ void crossentropy_sumexp_target(const Tensor& sumexp, const Tensor& target_logit
 
 void crossentropy_loss(const Tensor& loss, const Tensor& row_max, const Tensor& sumexp,
                        const Tensor& target_logit, int N) {
-  if (on_gpu(loss)) return cuda_ops::crossentropy_loss(loss, row_max, sumexp, target_logit, N);
-  TACO_CPU_REAL("crossentropy_loss", loss,
+  const char* op = "crossentropy_loss";
+  if (on_gpu(loss, op)) {
+    if constexpr (built_with_cuda())
+      cuda::crossentropy_loss(f32(loss, op, "loss"), f32(row_max, op, "row_max"),
+                              f32(sumexp, op, "sumexp"), f32(target_logit, op, "target_logit"), N,
+                              kStream);
+    return;
+  }
+  TACO_CPU_REAL(op, loss,
                 cpu::crossentropy_loss(ptr<Real>(loss), ptr<Real>(row_max), ptr<Real>(sumexp),
                                        ptr<Real>(target_logit), N));
 }
@@ -259,10 +438,17 @@ void crossentropy_loss(const Tensor& loss, const Tensor& row_max, const Tensor& 
 void crossentropy_backward(const Tensor& logits, const Tensor& row_max, const Tensor& sumexp,
                            const Tensor& targets, float dloss, int N, int V, int V_valid,
                            int vocab_start) {
-  if (on_gpu(logits))
-    return cuda_ops::crossentropy_backward(logits, row_max, sumexp, targets, dloss, N, V, V_valid,
-                                           vocab_start);
-  TACO_CPU_REAL("crossentropy_backward", logits,
+  const char* op = "crossentropy_backward";
+  if (on_gpu(logits, op)) {
+    if constexpr (built_with_cuda()) {
+      bf16* l = bf(logits, op, "logits");
+      cuda::crossentropy_backward(l, l, f32(row_max, op, "row_max"), f32(sumexp, op, "sumexp"),
+                                  i32(targets, op, "targets"), dloss, N, V, V_valid, vocab_start,
+                                  kStream);
+    }
+    return;
+  }
+  TACO_CPU_REAL(op, logits,
                 cpu::crossentropy_backward(ptr<Real>(logits), ptr<Real>(logits), ptr<Real>(row_max),
                                            ptr<Real>(sumexp), ids(targets), Real(dloss), N, V,
                                            V_valid, vocab_start));
@@ -271,8 +457,14 @@ void crossentropy_backward(const Tensor& logits, const Tensor& row_max, const Te
 void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& targets, float dloss,
                       int N, int V, int V_valid, const Tensor& row_max, const Tensor& sumexp,
                       const Tensor& target_logit) {
-  if (on_gpu(logits))
-    return cuda_ops::fused_classifier(logits, loss, targets, dloss, N, V, V_valid);
+  const char* op = "fused_classifier";
+  if (on_gpu(logits, op)) {
+    if constexpr (built_with_cuda())
+      cuda::fused_classifier(bf(logits, op, "logits"), f32(loss, op, "loss"),
+                             i32(targets, op, "targets"), dloss, N, V, V_valid, dloss != 0.f,
+                             kStream);
+    return;
+  }
   crossentropy_row_max(row_max, logits, N, V, V_valid);
   crossentropy_sumexp_target(sumexp, target_logit, logits, row_max, targets, N, V, V_valid, 0);
   crossentropy_loss(loss, row_max, sumexp, target_logit, N);
@@ -281,11 +473,16 @@ void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& ta
 }
 
 void add_sum(const Tensor& acc, const Tensor& x) {
+  const char* op = "add_sum";
   TACO_CHECK(acc.dtype == DType::f64 && acc.numel == 1 && acc.device == x.device,
              "add_sum: acc must be one f64 element on x's device");
-  if (on_gpu(x)) return cuda_ops::add_sum(acc, x);
+  if (on_gpu(x, op)) {
+    if constexpr (built_with_cuda())
+      cuda::sum(acc.as<double>(), f32(x, op, "x"), x.numel, /*accumulate=*/true, kStream);
+    return;
+  }
   double s = 0;
-  TACO_CPU_REAL("add_sum", x, {
+  TACO_CPU_REAL(op, x, {
     const Real* p = ptr<Real>(x);
     for (size_t i = 0; i < x.numel; ++i) s += double(p[i]);
   });
@@ -293,17 +490,29 @@ void add_sum(const Tensor& acc, const Tensor& x) {
 }
 
 double sum_of_squares(const std::vector<Tensor>& pieces) {
+  const char* op = "sum_of_squares";
   if (pieces.empty()) return 0;
-  if (on_gpu(pieces[0])) return cuda_ops::sum_of_squares(pieces);
   double r = 0;
+  if (on_gpu(pieces[0], op)) {
+    // Every piece adds into one double on the device, read back with one synchronization.
+    if constexpr (built_with_cuda()) {
+      double* sum = device_scalar_slot();
+      device_memset_zero_async(sum, sizeof(double), kStream);
+      for (const Tensor& x : pieces)
+        cuda::sum_of_squares(sum, bf(x, op, "x"), x.numel, /*accumulate=*/true, kStream);
+      device_copy(&r, sum, sizeof(double), DeviceKind::cpu, DeviceKind::cuda);
+    }
+    return r;
+  }
   for (const Tensor& p : pieces) r += sum_of_squares(p);
   return r;
 }
 
 double sum_of_squares(const Tensor& x) {
-  if (on_gpu(x)) return cuda_ops::sum_of_squares(x);
+  const char* op = "sum_of_squares";
+  if (on_gpu(x, op)) return sum_of_squares(std::vector<Tensor>{x});
   double r = 0;
-  TACO_CPU_REAL("sum_of_squares", x, r = cpu::sum_of_squares(ptr<Real>(x), x.numel));
+  TACO_CPU_REAL(op, x, r = cpu::sum_of_squares(ptr<Real>(x), x.numel));
   return r;
 }
 

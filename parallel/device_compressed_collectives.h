@@ -121,7 +121,7 @@ class DeviceCompressedCollectives {
 
  private:
   // The streams, buffers and status words of a call on `stream` (parallel/device_pipeline.h),
-  // made on first use; UserError in a build without CUDA.
+  // made on first use (CUDA builds only).
   // `timing` (measured calls): the codec stages are timed on the device.
   DevicePipeline& begin(Stream stream, size_t status_words, bool timing = false);
 

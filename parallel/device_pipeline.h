@@ -1,7 +1,7 @@
 // The machinery under DeviceCompressedCollectives (parallel/device_compressed_collectives.h):
 // a software pipeline over two CUDA streams, the device buffers it keeps between calls, and the
-// wire status words and counters its decodes report into. CUDA builds only: include it from code
-// under `#if TACO_HAVE_CUDA`.
+// wire status words and counters its decodes report into. CUDA builds only: include it from
+// *_cuda.cpp files, which a CPU-only build leaves out (taco_sources in the top CMakeLists.txt).
 //
 //   begin(stream, n)   a call on the caller's `stream` with n status words (zeroed on it)
 //   run(pieces, stages)  stage t of piece j is issued in step j + t, the steps in order and the

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/runtime/memory.h"  // the raw helpers the arena allocates with
 #include "engine/runtime/tensor.h"
 
 namespace taco {
@@ -41,13 +42,5 @@ class Arena {
   size_t total_ = 0;
   char* base_ = nullptr;
 };
-
-// Raw device-aware helpers used by the arena and by tests.
-void* host_alloc(size_t bytes);  // 256-byte aligned; throws taco::Error when memory runs out
-void* device_alloc(DeviceKind device, size_t bytes);
-void device_free(DeviceKind device, void* p);
-void device_memset_zero(DeviceKind device, void* p, size_t bytes);
-// Copies between host and `device` memory (either direction, or within one device).
-void device_copy(void* dst, const void* src, size_t bytes, DeviceKind dst_dev, DeviceKind src_dev);
 
 }  // namespace taco

@@ -8,8 +8,6 @@
 
 namespace taco {
 
-bool built_with_cuda() { return true; }
-
 int cuda_device_count() {
   int count = 0;
   // No driver or no device is not an error here: the trainer then runs on the CPU.

@@ -15,8 +15,10 @@ struct DeviceInfo {
   size_t memory_bytes = 0;
 };
 
-// True when this binary was built with CUDA.
-bool built_with_cuda();
+// True when this binary was built with CUDA. A constant, so code that calls CUDA kernels can put
+// the calls under `if constexpr (built_with_cuda())`: a CPU-only build compiles them out and links
+// without the CUDA kernels, with no stand-in for each one.
+constexpr bool built_with_cuda() { return TACO_HAVE_CUDA; }
 
 // Number of usable CUDA devices (0 without a CUDA build, a driver or a device).
 int cuda_device_count();

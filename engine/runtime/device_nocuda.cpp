@@ -3,7 +3,6 @@
 
 namespace taco {
 
-bool built_with_cuda() { return false; }
 int cuda_device_count() { return 0; }
 DeviceInfo select_device(bool, int) { return DeviceInfo{}; }
 

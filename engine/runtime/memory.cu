@@ -3,9 +3,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
-#include "engine/runtime/arena.h"
 #include "engine/runtime/cuda_check.h"
+#include "engine/runtime/memory.h"
 
 namespace taco {
 
@@ -38,6 +40,21 @@ void device_copy(void* dst, const void* src, size_t bytes, DeviceKind dst_dev, D
     return;
   }
   TACO_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+void device_memset_zero_async(void* p, size_t bytes, Stream stream) {
+  TACO_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream));
+}
+
+double* device_scalar_slot() {
+  static std::mutex mutex;
+  static std::map<int, double*> slots;
+  int device = 0;
+  TACO_CHECK_CUDA(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  double*& slot = slots[device];
+  if (!slot) TACO_CHECK_CUDA(cudaMalloc(&slot, sizeof(double)));
+  return slot;
 }
 
 }  // namespace taco

@@ -2,7 +2,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/runtime/arena.h"
+#include "engine/runtime/memory.h"
 #include "kernels/check.h"
 
 namespace taco {
@@ -18,6 +18,13 @@ void device_memset_zero(DeviceKind, void* p, size_t bytes) { std::memset(p, 0, b
 
 void device_copy(void* dst, const void* src, size_t bytes, DeviceKind, DeviceKind) {
   std::memcpy(dst, src, bytes);
+}
+
+void device_memset_zero_async(void* p, size_t bytes, Stream) { std::memset(p, 0, bytes); }
+
+double* device_scalar_slot() {
+  TACO_CHECK(false, "a device scalar requested in a CPU-only build");
+  return nullptr;
 }
 
 }  // namespace taco

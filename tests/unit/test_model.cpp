@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/runtime/arena.h"
+#include "kernels/check.h"
 #include "model/gpt.h"
 #include "model/ops.h"
 #include "model/param_layout.h"
@@ -144,6 +146,26 @@ TEST(ParamLayout, PaddedVocabIsAMultipleOf64OrOf128TimesTp) {
   EXPECT_EQ(GptDims::make(1, 1, 8, 8, 50257, 1).padded_vocab, 50304);
   EXPECT_EQ(GptDims::make(1, 1, 8, 8, 256, 1).padded_vocab, 256);
   EXPECT_EQ(GptDims::make(1, 1, 8, 8, 50257, 2).padded_vocab, 50432);
+}
+
+// ops.cpp compiles its CUDA calls out of a CPU-only build; a CUDA tensor reaching an op there is
+// the one UserError that names the op, never a CPU kernel on a device pointer.
+TEST(Ops, WithoutCudaACudaTensorIsAUserError) {
+  if (built_with_cuda()) GTEST_SKIP() << "a CUDA build runs these ops (tests/gpu)";
+  float x[4] = {1, 2, 3, 4};
+  const Tensor on_gpu{x, DType::bf16, DeviceKind::cuda, 4};
+  const Tensor on_cpu{x, DType::f32, DeviceKind::cpu, 4};
+  try {
+    ops::gelu_forward(on_gpu, on_gpu);
+    ADD_FAILURE() << "accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA op gelu_forward: this build has no CUDA backend"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(ops::copy(on_cpu.slice(0, 2), on_gpu.slice(0, 4)), UserError);
+  EXPECT_THROW(ops::sum_of_squares(on_gpu), UserError);
+  EXPECT_EQ(x[0], 1.f);  // nothing ran on the memory
 }
 
 }  // namespace

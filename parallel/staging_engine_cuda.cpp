@@ -1,19 +1,16 @@
+// parallel/staging_engine.h with the CUDA runtime (CUDA builds; staging_engine_nocuda.cpp stands
+// in without CUDA).
 #include "parallel/staging_engine.h"
+
+#include <cuda_runtime.h>
 
 #include <chrono>
 #include <vector>
 
+#include "engine/runtime/cuda_check.h"
 #include "kernels/check.h"
 
-#if TACO_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "engine/runtime/cuda_check.h"
-#endif
-
 namespace taco {
-
-#if TACO_HAVE_CUDA
 
 namespace {
 
@@ -222,31 +219,5 @@ double StagingEngine::run_chained(const Stage& first, const Stage& second, Strea
   waited += seconds_since(t0);
   return waited;
 }
-
-#else  // !TACO_HAVE_CUDA
-
-struct StagingEngine::Cuda {};
-
-StagingEngine::StagingEngine() = default;
-StagingEngine::~StagingEngine() = default;
-
-namespace {
-[[noreturn]] void no_cuda() { throw Error("host staging in a build without CUDA", 1); }
-}  // namespace
-
-void* StagingEngine::host(int, size_t) { no_cuda(); }
-void* StagingEngine::device(int, size_t) { no_cuda(); }
-void StagingEngine::release(int) {}
-Stream StagingEngine::up_stream() { no_cuda(); }
-double StagingEngine::run(const staging::Plan&, const void*, void*, void*, const void*, Stream,
-                          const std::function<void(size_t)>&) {
-  no_cuda();
-}
-double StagingEngine::run_chained(const Stage&, const Stage&, Stream,
-                                  const std::function<void(size_t, Stream)>&) {
-  no_cuda();
-}
-
-#endif  // TACO_HAVE_CUDA
 
 }  // namespace taco

@@ -1,12 +1,11 @@
-#include "kernels/check.h"
-
-#if TACO_HAVE_CUDA  // the whole file
+// parallel/device_pipeline.h (CUDA builds only).
+#include "parallel/device_pipeline.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "engine/runtime/cuda_check.h"
-#include "parallel/device_pipeline.h"
+#include "kernels/check.h"
 #include "parallel/nccl_communicator.h"  // wait_for_communicator
 
 namespace taco {
@@ -148,5 +147,3 @@ void DevicePipeline::throw_rejected(const DecodeOp& op, uint32_t status) {
 }
 
 }  // namespace taco
-
-#endif  // TACO_HAVE_CUDA

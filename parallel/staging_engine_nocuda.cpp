@@ -1,0 +1,31 @@
+// A build without CUDA has no staging: HostStagedCommunicator never calls the engine there, and
+// every method that would move data throws taco::Error.
+#include "parallel/staging_engine.h"
+
+#include "kernels/check.h"
+
+namespace taco {
+
+struct StagingEngine::Cuda {};
+
+StagingEngine::StagingEngine() = default;
+StagingEngine::~StagingEngine() = default;
+
+namespace {
+[[noreturn]] void no_cuda() { throw Error("host staging in a build without CUDA", 1); }
+}  // namespace
+
+void* StagingEngine::host(int, size_t) { no_cuda(); }
+void* StagingEngine::device(int, size_t) { no_cuda(); }
+void StagingEngine::release(int) {}
+Stream StagingEngine::up_stream() { no_cuda(); }
+double StagingEngine::run(const staging::Plan&, const void*, void*, void*, const void*, Stream,
+                          const std::function<void(size_t)>&) {
+  no_cuda();
+}
+double StagingEngine::run_chained(const Stage&, const Stage&, Stream,
+                                  const std::function<void(size_t, Stream)>&) {
+  no_cuda();
+}
+
+}  // namespace taco
