@@ -88,6 +88,13 @@ class SectionReader {
       Site site;
       if (!parse_site(name, &site))
         fail(site_key, "unknown site '" + name + "'; expected one of " + site_list(), rule.line);
+      if (!site_is_compressible(site))
+        fail(site_key,
+             name +
+                 " is never compressed (it always takes the backend's own collective); "
+                 "expected one of " +
+                 site_list(),
+             rule.line);
       if (!site_is_per_layer(site) && !p.all_layers)
         fail(site_key,
              name +
@@ -182,7 +189,7 @@ CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_la
     if (auto_spec.empty() && is_auto(fallback)) auto_spec = "compression.default";
     return fallback;
   };
-  for (Site site : all_sites()) {
+  for (Site site : compressible_sites()) {
     if (site_is_per_layer(site)) {
       for (int l = 0; l < n_layer; ++l) per_layer_[size_t(l)][size_t(site)] = first_match(l, site);
     } else {
@@ -197,6 +204,8 @@ CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_la
 }
 
 CodecOptions& CompressionPolicy::at(int layer, Site site) {
+  TACO_CHECK(site_is_compressible(site), std::string("site ") + site_name(site) +
+                                             " is never compressed: the policy has no entry");
   if (!site_is_per_layer(site)) return model_wide_[size_t(site)];
   TACO_CHECK(layer >= 0 && layer < n_layer_,
              std::string("layer ") + std::to_string(layer) + " for site " + site_name(site));
@@ -219,7 +228,7 @@ CodecOptions CompressionPolicy::resolve(int layer, Site site, int64_t logical_by
 
 std::vector<Site> CompressionPolicy::sites_to_calibrate() const {
   std::vector<Site> out;
-  for (Site site : all_sites()) {
+  for (Site site : compressible_sites()) {
     const int layers = site_is_per_layer(site) ? n_layer_ : 1;
     for (int l = 0; l < layers; ++l) {
       if (is_auto(configured(l, site))) {
@@ -241,6 +250,7 @@ void CompressionPolicy::apply_calibration(Site site, int group, GroupAxis axis) 
       o.axis = axis;
     }
   }
+  ++revision_;
 }
 
 std::string CompressionPolicy::table() const {
@@ -252,7 +262,7 @@ std::string CompressionPolicy::table() const {
     rows.push_back(r);
   }
   std::string model_wide = "model-wide:";
-  for (Site s : all_sites()) {
+  for (Site s : compressible_sites()) {
     if (site_is_per_layer(s)) continue;
     model_wide += std::string(" ") + site_name(s) + " " + legend.symbol(configured(-1, s));
   }
