@@ -28,8 +28,8 @@
 
 namespace taco {
 
-// A gradient the tp group holds partial sums of: `rows` for the site's message shape, `layer`
-// for the per-layer compression rules and accounting (-1: none).
+// A gradient the tp group holds partial sums of (site sp.grad): `rows` for the message shape,
+// `layer` for the per-layer accounting (-1: none).
 struct PartialGrad {
   Tensor grad;
   int rows = 0;

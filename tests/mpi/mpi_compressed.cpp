@@ -379,7 +379,7 @@ Tensor host_tensor(std::vector<float>& v) {
 
 using CompressedSiteCommTest = CompressedCollectivesTest;
 
-// Codec none, a message under min_bytes and a site the policy does not know all take the
+// Codec none, a message under min_bytes and a never-compressed site all take the
 // backend's native collective: the communicator sees an all_reduce (no all_to_all, no
 // all_gather), the site's wire bytes are the backend's own accounting, and no codec ran.
 TEST_F(CompressedSiteCommTest, SitesWithoutACodecUseTheNativeCollective) {

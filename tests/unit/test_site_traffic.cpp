@@ -1,7 +1,8 @@
 // engine/train/site_traffic.h: the trainer's door splits each site's accounting by layer (the
 // parts add up to stats(), and start afresh after reset_stats() as stats() does), keeps the worst
-// single-message error, and the end-of-run table groups consecutive layers with one codec.
-// The door runs over a stand-in two-rank group whose peer holds the same tensors.
+// single-message error, and the end-of-run table groups consecutive layers with one codec; a door
+// picks up a calibrated group on its next call. The door runs over a stand-in two-rank group whose
+// peer holds the same tensors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -116,6 +117,37 @@ TEST(LayeredSiteComm, SplitsEachSitesAccountingByLayerAndResetsWithIt) {
   all_reduce(Site::attn_out_fwd, 3);
   ASSERT_EQ(door.layer_traffic().size(), 1u);
   EXPECT_EQ(door.layer_traffic().keys().front(), SiteLayer(Site::attn_out_fwd, 3));
+}
+
+// The door resolves its codecs once; calibration (group: auto) changes the policy, and the next
+// call uses the calibrated group: its wire bytes are the two shots' slots of that codec.
+TEST(CompressedSiteComm, TheNextCallAfterCalibrationUsesTheCalibratedGroup) {
+  CompressionSection c = taco_on_layers("all");
+  c.rules[0].spec.group = kAutoGroup;
+  c.calibrate_steps = 1;
+  CompressionPolicy policy(c, 2, 512);
+  MirrorCommunicator group;
+  CompressedSiteComm door(group, policy);
+  const MessageShape shape{8, 128};
+  std::vector<float> x = test::random_normal(size_t(shape.count()), test::fresh_seed());
+  const Tensor t{x.data(), DType::f32, DeviceKind::cpu, x.size()};
+  // Two shots (all-to-all, all-gather) of one slot each to the one peer.
+  auto wire_of = [&](int group) {
+    CodecOptions o = policy.configured(1, Site::attn_out_fwd);
+    o.group = group;
+    o.axis = GroupAxis::hidden;
+    const auto codec = make_codec(canonical(o));
+    return int64_t(2 * codec->max_encoded_size({shape.rows / 2, shape.cols}, DType::f32));
+  };
+  ASSERT_NE(wire_of(kUncalibratedGroup), wire_of(32));
+
+  door.all_reduce(t, int(shape.rows), Site::attn_out_fwd, 1);
+  EXPECT_EQ(door.stats()[Site::attn_out_fwd].wire_bytes, wire_of(kUncalibratedGroup));
+  policy.apply_calibration(Site::attn_out_fwd, 32, GroupAxis::hidden);
+  door.reset_stats();
+  door.all_reduce(t, int(shape.rows), Site::attn_out_fwd, 1);
+  EXPECT_EQ(door.stats()[Site::attn_out_fwd].compressed_calls, 1);
+  EXPECT_EQ(door.stats()[Site::attn_out_fwd].wire_bytes, wire_of(32));
 }
 
 LayerTraffic traffic(int64_t calls, double err_sq, double max_err, const std::string& codec) {
