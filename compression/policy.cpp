@@ -20,6 +20,13 @@ std::string error_line(const std::string& source, int line, const std::string& k
   return out.append(": ").append(key).append(": ").append(problem);
 }
 
+// 0.25, 1.5, 1e-05: a number as a message shows it.
+std::string short_number(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
+}
+
 }  // namespace
 
 CompressionError::CompressionError(const std::string& source, int line, std::string key,
@@ -30,11 +37,17 @@ CompressionError::CompressionError(const std::string& source, int line, std::str
 
 namespace {
 
+// The codec a spec gives: its options, or with codec: auto the candidate's.
+struct Choice {
+  CodecOptions options;
+  bool automatic = false;
+};
+
 struct ParsedRule {
   std::vector<bool> layers;  // per layer
   bool all_layers = false;
   std::array<bool, kNumSites> sites{};
-  CodecOptions options;
+  Choice choice;
 };
 
 // Checks a section and turns its rules into ParsedRules; every failure is a CompressionError
@@ -49,6 +62,23 @@ class SectionReader {
   }
 
   // `key` names the spec: "compression.default" or "compression.rules[i]".
+  Choice choice(CodecSpec spec, const std::string& key, int line) const {
+    if (spec.codec_auto) {
+      if (spec.candidate == CodecKind::none)
+        fail(key + ".candidate",
+             "none is no candidate for codec: auto (it chooses between none and the candidate); "
+             "expected fp8_tensor, fp8_block or taco",
+             line);
+      if (spec.group == kAutoGroup)
+        fail(key + ".group",
+             "auto cannot be combined with codec: auto (a message that auto sends uncompressed "
+             "gives calibration nothing to see); expected 32, 64, 128, 256 or 512",
+             line);
+      spec.codec = spec.candidate;
+    }
+    return Choice{options(spec, key, line), spec.codec_auto};
+  }
+
   CodecOptions options(const CodecSpec& spec, const std::string& key, int line) const {
     const bool grouped = spec.codec == CodecKind::fp8_block || spec.codec == CodecKind::taco;
     if (grouped && spec.group != kAutoGroup) {
@@ -104,7 +134,7 @@ class SectionReader {
              rule.line);
       p.sites[size_t(site)] = true;
     }
-    p.options = options(rule.spec, key, rule.line);
+    p.choice = choice(rule.spec, key, rule.line);
     return p;
   }
 
@@ -117,18 +147,22 @@ class SectionReader {
 // One character per distinct codec: '.' for none, then A-Z, a-z in order of appearance.
 class Legend {
  public:
-  char symbol(const CodecOptions& o) {
+  char symbol(const CodecOptions& o, bool automatic) {
     if (o.kind == CodecKind::none) return '.';
     for (size_t i = 0; i < seen_.size(); ++i) {
-      if (seen_[i] == o) return letter(i);
+      if (seen_[i].options == o && seen_[i].automatic == automatic) return letter(i);
     }
-    seen_.push_back(o);
+    seen_.push_back(Choice{o, automatic});
     return letter(seen_.size() - 1);
   }
   std::string text() const {
     std::string s = "  . none\n";
     for (size_t i = 0; i < seen_.size(); ++i) {
-      s += std::string("  ") + letter(i) + " " + describe(seen_[i]) + "\n";
+      s += std::string("  ") + letter(i) + " " +
+           (seen_[i].automatic ? "auto: none or " + describe(seen_[i].options) +
+                                     ", whichever measures faster per message size"
+                               : describe(seen_[i].options)) +
+           "\n";
     }
     return s;
   }
@@ -137,11 +171,17 @@ class Legend {
   static char letter(size_t i) {
     return i < 26 ? char('A' + i) : i < 52 ? char('a' + i - 26) : '?';
   }
-  std::vector<CodecOptions> seen_;
+  std::vector<Choice> seen_;
 };
 
 bool is_auto(const CodecOptions& o) {
   return o.group == kAutoGroup && (o.kind == CodecKind::fp8_block || o.kind == CodecKind::taco);
+}
+
+// The policy's tables hold the compressible sites only.
+void check_compressible(Site site) {
+  TACO_CHECK(site_is_compressible(site), std::string("site ") + site_name(site) +
+                                             " is never compressed: the policy has no entry");
 }
 
 constexpr Site kBlockSites[] = {Site::attn_in_fwd,  Site::attn_in_bwd, Site::attn_out_fwd,
@@ -156,7 +196,10 @@ CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_la
       min_bytes_(section.min_bytes),
       calibrate_steps_(section.calibrate_steps),
       chunks_(section.chunks),
-      per_layer_(size_t(std::max(n_layer, 0))) {
+      auto_margin_(section.auto_margin),
+      auto_recheck_steps_(section.auto_recheck_steps),
+      per_layer_(size_t(std::max(n_layer, 0))),
+      per_layer_auto_(size_t(std::max(n_layer, 0))) {
   if (n_layer < 1) throw UserError(source + ": model.n_layer must be at least 1");
   const SectionReader read(n_layer, d_model, source);
   if (section.min_bytes < 0)
@@ -170,7 +213,16 @@ CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_la
     read.fail("compression.chunks", std::to_string(section.chunks) +
                                         " is negative; expected auto or a number of pipeline "
                                         "pieces >= 1");
-  const CodecOptions fallback = read.options(section.default_spec, "compression.default", 0);
+  if (!(section.auto_margin >= 0 && section.auto_margin < 1))
+    read.fail("compression.auto_margin",
+              short_number(section.auto_margin) +
+                  " is out of range; expected a number in [0, 1) (0.1: codec: auto compresses "
+                  "where the compressed collective is predicted at least 10% faster)");
+  if (section.auto_recheck_steps < 0)
+    read.fail("compression.auto_recheck_steps",
+              std::to_string(section.auto_recheck_steps) +
+                  " is negative; expected an integer >= 0 (0 decides once)");
+  const Choice fallback = read.choice(section.default_spec, "compression.default", 0);
   std::vector<ParsedRule> rules;
   for (size_t i = 0; i < section.rules.size(); ++i) rules.push_back(read.rule(section.rules[i], i));
 
@@ -182,18 +234,20 @@ CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_la
       const ParsedRule& r = rules[i];
       const bool layer_ok = layer < 0 ? r.all_layers : bool(r.layers[size_t(layer)]);
       if (!layer_ok || !r.sites[size_t(site)]) continue;
-      if (auto_spec.empty() && is_auto(r.options))
+      if (auto_spec.empty() && is_auto(r.choice.options))
         auto_spec = "compression.rules[" + std::to_string(i) + "]";
-      return r.options;
+      return r.choice;
     }
-    if (auto_spec.empty() && is_auto(fallback)) auto_spec = "compression.default";
+    if (auto_spec.empty() && is_auto(fallback.options)) auto_spec = "compression.default";
     return fallback;
   };
   for (Site site : compressible_sites()) {
-    if (site_is_per_layer(site)) {
-      for (int l = 0; l < n_layer; ++l) per_layer_[size_t(l)][size_t(site)] = first_match(l, site);
-    } else {
-      model_wide_[size_t(site)] = first_match(-1, site);
+    const int layers = site_is_per_layer(site) ? n_layer : 1;
+    for (int l = 0; l < layers; ++l) {
+      const int layer = site_is_per_layer(site) ? l : -1;
+      const Choice c = first_match(layer, site);
+      at(layer, site) = c.options;
+      (layer < 0 ? model_wide_auto_ : per_layer_auto_[size_t(l)])[size_t(site)] = c.automatic;
     }
   }
   if (!auto_spec.empty() && section.calibrate_steps <= 0)
@@ -204,8 +258,7 @@ CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_la
 }
 
 CodecOptions& CompressionPolicy::at(int layer, Site site) {
-  TACO_CHECK(site_is_compressible(site), std::string("site ") + site_name(site) +
-                                             " is never compressed: the policy has no entry");
+  check_compressible(site);
   if (!site_is_per_layer(site)) return model_wide_[size_t(site)];
   TACO_CHECK(layer >= 0 && layer < n_layer_,
              std::string("layer ") + std::to_string(layer) + " for site " + site_name(site));
@@ -214,6 +267,22 @@ CodecOptions& CompressionPolicy::at(int layer, Site site) {
 
 const CodecOptions& CompressionPolicy::configured(int layer, Site site) const {
   return const_cast<CompressionPolicy*>(this)->at(layer, site);
+}
+
+bool CompressionPolicy::automatic(int layer, Site site) const {
+  check_compressible(site);
+  if (!site_is_per_layer(site)) return model_wide_auto_[size_t(site)];
+  TACO_CHECK(layer >= 0 && layer < n_layer_,
+             std::string("layer ") + std::to_string(layer) + " for site " + site_name(site));
+  return per_layer_auto_[size_t(layer)][size_t(site)];
+}
+
+bool CompressionPolicy::any_automatic() const {
+  for (Site site : compressible_sites()) {
+    for (int l = 0; l < (site_is_per_layer(site) ? n_layer_ : 1); ++l)
+      if (automatic(site_is_per_layer(site) ? l : -1, site)) return true;
+  }
+  return false;
 }
 
 CodecOptions CompressionPolicy::resolve(int layer, Site site, int64_t logical_bytes) const {
@@ -258,13 +327,14 @@ std::string CompressionPolicy::table() const {
   std::vector<std::string> rows;  // one string of symbols per layer
   for (int l = 0; l < n_layer_; ++l) {
     std::string r;
-    for (Site s : kBlockSites) r += legend.symbol(configured(l, s));
+    for (Site s : kBlockSites) r += legend.symbol(configured(l, s), automatic(l, s));
     rows.push_back(r);
   }
   std::string model_wide = "model-wide:";
   for (Site s : compressible_sites()) {
     if (site_is_per_layer(s)) continue;
-    model_wide += std::string(" ") + site_name(s) + " " + legend.symbol(configured(-1, s));
+    model_wide +=
+        std::string(" ") + site_name(s) + " " + legend.symbol(configured(-1, s), automatic(-1, s));
   }
 
   // min_bytes 0 exempts nothing: say so rather than "messages under 0 bytes".

@@ -6,8 +6,19 @@
 //     min_bytes: 65536                  # smaller messages go uncompressed
 //     calibrate_steps: 20               # needed when a rule says group: auto (group 0)
 //     chunks: auto                      # pipeline pieces of a device collective (or N >= 1)
+//     auto_margin: 0.1                  # codec: auto compresses where >= 10% faster predicted
+//     auto_recheck_steps: 0             # codec: auto measures again every N steps (0: never)
 //     rules:                            # first match wins
 //       - { layers: "1-3", sites: [attn.out.fwd, mlp.out.fwd], codec: taco, group: 128 }
+//       - { layers: all, sites: [mlp.in.bwd], codec: auto, candidate: fp8_block, group: 64 }
+//
+// codec: auto (a rule's or the default's) leaves the choice between none and the spec's
+// `candidate` (taco unless it says otherwise; format, group and scales are the candidate's) to
+// measurement, per (layer, site, message size): configured() and resolve() give the candidate,
+// automatic() says that it is only a candidate, and the compressing SiteComm asks its
+// CodecAutotune (parallel/codec_autotune.h) whether encode + compressed transfer + decode beats
+// the native collective by auto_margin. Messages under min_bytes stay uncompressed either way.
+// A candidate must be a codec (not none) with a fixed group (group: auto is refused with it).
 //
 // A rule matches a per-layer site (attn.*, mlp.*) when the layer is in its `layers` and the
 // site in its `sites` (empty = every compressible site; a never-compressed site such as sp.grad is
@@ -68,6 +79,13 @@ class CompressionPolicy {
   // Pipeline pieces per compressed collective on the device: >= 1, or 0 = auto
   // (parallel/device_compressed_collectives.h).
   int chunks() const { return chunks_; }
+  // codec: auto (see above): the fraction by which a compressed message must be predicted faster,
+  // and the steps between re-measurements (0: never).
+  double auto_margin() const { return auto_margin_; }
+  int auto_recheck_steps() const { return auto_recheck_steps_; }
+  // Whether (layer, site) says codec: auto, i.e. its configured options are only a candidate.
+  bool automatic(int layer, Site site) const;
+  bool any_automatic() const;
 
   // The configured options at (layer, site); group may be kAutoGroup before calibration.
   // `layer` is ignored for model-wide sites and must be in [0, n_layer) for per-layer ones.
@@ -97,10 +115,15 @@ class CompressionPolicy {
   int64_t min_bytes_;
   int calibrate_steps_;
   int chunks_;
+  double auto_margin_;
+  int auto_recheck_steps_;
   int revision_ = 0;
   // per_layer_[layer][site] for per-layer sites; model_wide_[site] for the others.
   std::vector<std::array<CodecOptions, kNumSites>> per_layer_;
   std::array<CodecOptions, kNumSites> model_wide_;
+  // The same tables for codec: auto.
+  std::vector<std::array<bool, kNumSites>> per_layer_auto_;
+  std::array<bool, kNumSites> model_wide_auto_{};
 };
 
 }  // namespace taco

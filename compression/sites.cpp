@@ -13,14 +13,16 @@ static_assert(kSiteNames[int(Site::embed_fwd)] == "embed.fwd" &&
                   kSiteNames[int(Site::pp_act)] == "pp.act" &&
                   kSiteNames[int(Site::dp_grad)] == "dp.grad",
               "Site and kSiteNames are in different orders");
-static_assert(kNumAllSites == int(Site::exit) + 1,
+static_assert(kNumAllSites == int(Site::codec_auto_probe) + 1,
               "Site and kUncompressedSiteNames differ in length");
 static_assert(kUncompressedSiteNames[int(Site::sp_grad) - kNumSites] == "sp.grad" &&
                   kUncompressedSiteNames[int(Site::dp_param) - kNumSites] == "dp.param" &&
                   kUncompressedSiteNames[int(Site::ce_sum) - kNumSites] == "ce.sum" &&
                   kUncompressedSiteNames[int(Site::grad_norm) - kNumSites] == "grad.norm" &&
                   kUncompressedSiteNames[int(Site::checkpoint) - kNumSites] == "checkpoint" &&
-                  kUncompressedSiteNames[int(Site::exit) - kNumSites] == "exit",
+                  kUncompressedSiteNames[int(Site::exit) - kNumSites] == "exit" &&
+                  kUncompressedSiteNames[int(Site::codec_auto_probe) - kNumSites] ==
+                      "codec.auto.probe",
               "Site and kUncompressedSiteNames are in different orders");
 static_assert(forward_site(TpSite::head_in) == Site::head_in_fwd &&
                   backward_site(TpSite::embed) == Site::embed_bwd,

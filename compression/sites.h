@@ -13,7 +13,8 @@
 // Never compressed: they always take the backend's own collective, are accounted and watched
 // under their names, and a rule naming one is refused:
 //   sp.grad tied.grad dp.param (gradient sync), ce.max ce.sum (vocab-parallel cross-entropy),
-//   loss.sum grad.norm stop.signal checkpoint startup exit (host values and raw MPI calls).
+//   loss.sum grad.norm stop.signal checkpoint startup exit (host values and raw MPI calls),
+//   codec.auto codec.auto.probe (codec: auto's agreements and link probe).
 #pragma once
 
 #include <array>
@@ -44,23 +45,25 @@ enum class Site : uint8_t {
   pp_grad,
   dp_grad,
   // Never compressed, in kUncompressedSiteNames order.
-  sp_grad,      // sequence-parallel partial gradients summed over tp
-  tied_grad,    // the tied embedding's two copies summed over the embedding group
-  dp_param,     // ZeRO-1's all-gather of the updated shards
-  ce_max,       // cross-entropy row max over the vocabulary shards
-  ce_sum,       // cross-entropy exp-sums and target logits over the vocabulary shards
-  loss_sum,     // the step's (or evaluation's) loss sum over the world
-  grad_norm,    // the squared gradient norm's sum
-  stop_signal,  // the largest stop signal over the world
-  checkpoint,   // checkpoint agreements, plans and bad-step counts
-  startup,      // start-up agreements and MPI set-up
-  exit,         // MPI_Finalize
+  sp_grad,           // sequence-parallel partial gradients summed over tp
+  tied_grad,         // the tied embedding's two copies summed over the embedding group
+  dp_param,          // ZeRO-1's all-gather of the updated shards
+  ce_max,            // cross-entropy row max over the vocabulary shards
+  ce_sum,            // cross-entropy exp-sums and target logits over the vocabulary shards
+  loss_sum,          // the step's (or evaluation's) loss sum over the world
+  grad_norm,         // the squared gradient norm's sum
+  stop_signal,       // the largest stop signal over the world
+  checkpoint,        // checkpoint agreements, plans and bad-step counts
+  startup,           // start-up agreements and MPI set-up
+  exit,              // MPI_Finalize
+  codec_auto,        // codec: auto's agreement on its predicted times (parallel/codec_autotune.h)
+  codec_auto_probe,  // codec: auto's timed all-reduces of the link
 };
 
-inline constexpr int kNumUncompressedSites = 11;
+inline constexpr int kNumUncompressedSites = 13;
 inline constexpr std::array<std::string_view, kNumUncompressedSites> kUncompressedSiteNames = {
-    "sp.grad",   "tied.grad",   "dp.param",   "ce.max",  "ce.sum", "loss.sum",
-    "grad.norm", "stop.signal", "checkpoint", "startup", "exit"};
+    "sp.grad",     "tied.grad",  "dp.param", "ce.max", "ce.sum",     "loss.sum",        "grad.norm",
+    "stop.signal", "checkpoint", "startup",  "exit",   "codec.auto", "codec.auto.probe"};
 // Every Site: per-site tables over all of them have this many entries.
 inline constexpr int kNumAllSites = kNumSites + kNumUncompressedSites;
 

@@ -19,12 +19,16 @@ namespace taco {
 // One codec choice as written: the codec and its options, every key kept whether the codec uses
 // it or not, so that the effective config.yaml writes back what was read (the policy takes the
 // canonical form, compression/codec_options.h). There is no axis key: a fixed group runs along
-// hidden, and calibration (group auto) chooses the axis.
+// hidden, and calibration (group auto) chooses the axis. `codec: auto` sets codec_auto: each
+// message then takes `candidate` (with format, group, scales) or none, whichever the measured
+// link and codec speeds predict faster (parallel/codec_autotune.h); `codec` is then unused.
 struct CodecSpec {
   CodecKind codec = CodecKind::none;
   Fp8Format format = Fp8Format::e4m3;
-  int group = 128;                     // 32 | 64 | 128 | 256 | 512; 0 = auto (calibrated)
-  Fp8Scales scales = Fp8Scales::dual;  // the paper's; fp8_block reads it as single
+  int group = 128;                        // 32 | 64 | 128 | 256 | 512; 0 = auto (calibrated)
+  Fp8Scales scales = Fp8Scales::dual;     // the paper's; fp8_block reads it as single
+  bool codec_auto = false;                // YAML codec: auto
+  CodecKind candidate = CodecKind::taco;  // what codec: auto may choose; never none
 
   bool operator==(const CodecSpec&) const = default;
 };
@@ -44,6 +48,11 @@ struct CompressionSection {
   // the encode of piece i+1 runs while piece i is on the wire. YAML `auto` (0 here: pieces of at
   // least 4 MiB, at most 8, one for messages under 8 MiB) or an integer >= 1.
   int chunks = 0;
+  // codec: auto compresses a message only where the predicted compressed time is below
+  // (1 - auto_margin) x the native collective's; in [0, 1).
+  double auto_margin = 0.1;
+  // Steps between re-measurements of codec: auto's decisions (0: decided once, at first use).
+  int auto_recheck_steps = 0;
   std::vector<CompressionRule> rules;  // first match wins
 };
 

@@ -93,7 +93,7 @@ CompressedSiteComm::CompressedSiteComm(Communicator& comm, const CompressionPoli
 
 void CompressedSiteComm::build_codec_table() {
   const int n_layer = policy_.n_layer();
-  codec_table_.assign(size_t(n_layer + 1) * kNumSites, nullptr);
+  codec_table_.assign(size_t(n_layer + 1) * kNumSites, TableEntry{});
   for (Site site : compressible_sites()) {
     const bool per_layer = site_is_per_layer(site);
     for (int l = per_layer ? 0 : -1; l < (per_layer ? n_layer : 0); ++l) {
@@ -108,23 +108,37 @@ void CompressedSiteComm::build_codec_table() {
         codecs_.push_back(make_codec(options));
         codec = codecs_.back().get();
       }
-      codec_table_[size_t(l + 1) * kNumSites + size_t(site)] = codec;
+      codec_table_[size_t(l + 1) * kNumSites + size_t(site)] = {codec, policy_.automatic(l, site)};
     }
   }
   table_revision_ = policy_.revision();
 }
 
-const Codec* CompressedSiteComm::codec_for(Site site, int layer, size_t bytes) {
-  if (size() == 1 || !site_is_compressible(site) || int64_t(bytes) < policy_.min_bytes())
+const Codec* CompressedSiteComm::codec_for(Site site, int layer, CommOp op, const Tensor& t,
+                                           int rows) {
+  if (size() == 1 || !site_is_compressible(site) || int64_t(t.bytes()) < policy_.min_bytes())
     return nullptr;
   if (table_revision_ != policy_.revision()) build_codec_table();
-  int row = 0;
-  if (site_is_per_layer(site)) {
+  if (site_is_per_layer(site))
     TACO_CHECK(layer >= 0 && layer < policy_.n_layer(),
                std::string("layer ") + std::to_string(layer) + " for site " + site_name(site));
-    row = layer + 1;
-  }
-  return codec_table_[size_t(row) * kNumSites + size_t(site)];
+  else
+    layer = -1;
+  const TableEntry& e = codec_table_[size_t(layer + 1) * kNumSites + size_t(site)];
+  if (e.codec && e.automatic && !auto_compresses(site, layer, op, t, rows, *e.codec))
+    return nullptr;
+  return e.codec;
+}
+
+bool CompressedSiteComm::auto_compresses(Site site, int layer, CommOp op, const Tensor& t, int rows,
+                                         const Codec& candidate) {
+  if (!autotune_) autotune_ = std::make_unique<CodecAutotune>(comm_, policy_.auto_margin());
+  // The path on_device() would take, without making its collectives.
+  const bool device_codec = t.device != DeviceKind::cpu && candidate.has_device_path() &&
+                            std::string_view(communicator().backend()) != "mpi";
+  const AutoMessage m{site,     layer,       op, t.dtype, shape_of(t.numel, rows, site),
+                      t.device, device_codec};
+  return autotune_->compress(m, candidate);
 }
 
 bool CompressedSiteComm::on_device(const Tensor& t, const Codec& codec) {
@@ -176,7 +190,7 @@ void CompressedSiteComm::record(Site site, CommOp native, size_t logical,
 
 void CompressedSiteComm::all_reduce(const Tensor& x, int rows, Site site, int layer) {
   WatchScope watch("all_reduce", site, layer, comm_);
-  const Codec* codec = codec_for(site, layer, x.bytes());
+  const Codec* codec = codec_for(site, layer, CommOp::all_reduce, x, rows);
   if (!codec) return SiteComm::all_reduce(x, rows, site, layer);
   const auto t0 = Clock::now();
   const MessageShape shape = shape_of(x.numel, rows, site);
@@ -196,7 +210,7 @@ void CompressedSiteComm::all_reduce(const Tensor& x, int rows, Site site, int la
 void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows, Site site,
                                         int layer) {
   WatchScope watch("reduce_scatter", site, layer, comm_);
-  const Codec* codec = codec_for(site, layer, in.bytes());
+  const Codec* codec = codec_for(site, layer, CommOp::reduce_scatter, in, rows);
   if (!codec) return SiteComm::reduce_scatter(in, out, rows, site, layer);
   TACO_CHECK(
       in.dtype == out.dtype && out.numel * size_t(size()) == in.numel,
@@ -221,7 +235,7 @@ void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int
 void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, Site site,
                                     int layer) {
   WatchScope watch("all_gather", site, layer, comm_);
-  const Codec* codec = codec_for(site, layer, out.bytes());
+  const Codec* codec = codec_for(site, layer, CommOp::all_gather, out, rows);
   if (!codec) return SiteComm::all_gather(in, out, rows, site, layer);
   TACO_CHECK(
       in.dtype == out.dtype && in.numel * size_t(size()) == out.numel,
@@ -247,7 +261,7 @@ void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int row
 
 void CompressedSiteComm::send(const Tensor& x, int peer, Site site, int layer) {
   WatchScope watch("send", site, layer, comm_, peer);
-  const Codec* codec = codec_for(site, layer, x.bytes());
+  const Codec* codec = codec_for(site, layer, CommOp::send, x, 0);
   if (!codec) return SiteComm::send(x, peer, site, layer);
   const auto t0 = Clock::now();
   const MessageShape shape = shape_of(x.numel, 0, site);
@@ -265,7 +279,7 @@ void CompressedSiteComm::send(const Tensor& x, int peer, Site site, int layer) {
 
 void CompressedSiteComm::recv(const Tensor& x, int peer, Site site, int layer) {
   WatchScope watch("recv", site, layer, comm_, peer);
-  const Codec* codec = codec_for(site, layer, x.bytes());
+  const Codec* codec = codec_for(site, layer, CommOp::recv, x, 0);
   if (!codec) return SiteComm::recv(x, peer, site, layer);
   const auto t0 = Clock::now();
   const MessageShape shape = shape_of(x.numel, 0, site);
@@ -283,8 +297,8 @@ void CompressedSiteComm::recv(const Tensor& x, int peer, Site site, int layer) {
 void CompressedSiteComm::send_recv(const Tensor& out, int dst, Site out_site, const Tensor& in,
                                    int src, Site in_site) {
   WatchScope watch("send_recv", out_site, -1, comm_, dst, src);
-  const Codec* out_codec = codec_for(out_site, -1, out.bytes());
-  const Codec* in_codec = codec_for(in_site, -1, in.bytes());
+  const Codec* out_codec = codec_for(out_site, -1, CommOp::send, out, 0);
+  const Codec* in_codec = codec_for(in_site, -1, CommOp::recv, in, 0);
   // Both directions compressed or neither: a mixed pair would need two kinds of buffers in one
   // exchange; it falls back to sending each side as its own message.
   if (!out_codec && !in_codec) return SiteComm::send_recv(out, dst, out_site, in, src, in_site);

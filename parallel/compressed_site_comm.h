@@ -3,8 +3,9 @@
 // The codec of each (layer, site) is resolved from the policy once, into a table, and again when
 // the policy changes (calibration of group auto); a call looks its codec up there. A message
 // under the policy's min_bytes, codec none, a site that is never compressed (sp.grad,
-// tied.grad, ...) or a group of one: the backend's native collective, exactly as SiteComm does
-// it. Otherwise the compressed collective of parallel/compressed_collectives.h.
+// tied.grad, ...), a codec: auto site whose CodecAutotune predicts no gain for the message, or a
+// group of one: the backend's native collective, exactly as SiteComm does it. Otherwise the
+// compressed collective of parallel/compressed_collectives.h.
 // Messages are [rows, cols] as SiteComm's calls pass them (rows = 0: flat, [1, numel]); p2p sends
 // carry no rows and travel flat.
 //
@@ -27,6 +28,7 @@
 #include "compression/calibration.h"
 #include "compression/codec.h"
 #include "compression/policy.h"
+#include "parallel/codec_autotune.h"
 #include "parallel/compressed_collectives.h"
 #include "parallel/device_compressed_collectives.h"
 #include "parallel/site_comm.h"
@@ -62,6 +64,8 @@ class CompressedSiteComm : public SiteComm {
 
   // Whether compressed calls measure their error (the trainer turns it on for logged steps).
   void measure_errors(bool on) { measure_ = on; }
+  // codec: auto's decisions on this group (parallel/codec_autotune.h); null before its first.
+  CodecAutotune* autotune() const { return autotune_.get(); }
 
   void all_reduce(const Tensor& x, int rows, Site site, int layer) override;
   void reduce_scatter(const Tensor& in, const Tensor& out, int rows, Site site, int layer) override;
@@ -72,10 +76,14 @@ class CompressedSiteComm : public SiteComm {
                  Site in_site) override;
 
  private:
-  // The codec for a message of `bytes` at (site, layer), or nullptr for the native path.
-  const Codec* codec_for(Site site, int layer, size_t bytes);
+  // The codec for the message `t` of `op` at (site, layer) ([rows, cols] as the call passes
+  // them), or nullptr for the native path.
+  const Codec* codec_for(Site site, int layer, CommOp op, const Tensor& t, int rows);
   // Resolves codec_table_ from the policy as it is now.
   void build_codec_table();
+  // codec: auto at (site, layer): whether `t` goes through `candidate`.
+  bool auto_compresses(Site site, int layer, CommOp op, const Tensor& t, int rows,
+                       const Codec& candidate);
   // Whether a message in `t` with `codec` takes the device path; makes its collectives then.
   bool on_device(const Tensor& t, const Codec& codec);
   // Host memory of a tensor: itself, or a copy of a device tensor in `stage` (copy = false
@@ -91,10 +99,16 @@ class CompressedSiteComm : public SiteComm {
   SiteCalibration* calibration_;
   CompressedCollectives collectives_;
   std::unique_ptr<DeviceCompressedCollectives> device_collectives_;  // made on first use
+  std::unique_ptr<CodecAutotune> autotune_;                          // made on first use
   std::vector<std::unique_ptr<Codec>> codecs_;                       // one per distinct option set
-  // codec_table_[row * kNumSites + site]: row 0 for model-wide sites, 1 + layer for per-layer
-  // ones; nullptr for codec none. Built at the policy's revision table_revision_ (-1: not yet).
-  std::vector<const Codec*> codec_table_;
+  // The policy resolved per (layer, site): the codec (nullptr for none) and whether codec: auto
+  // only proposes it. codec_table_[row * kNumSites + site]: row 0 for model-wide sites, 1 + layer
+  // for per-layer ones. Built at the policy's revision table_revision_ (-1: not yet).
+  struct TableEntry {
+    const Codec* codec = nullptr;
+    bool automatic = false;
+  };
+  std::vector<TableEntry> codec_table_;
   int table_revision_ = -1;
   std::vector<uint8_t> stage_in_, stage_out_;  // host copies of device tensors
   bool measure_ = false;

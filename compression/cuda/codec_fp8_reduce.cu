@@ -54,6 +54,89 @@ __global__ void __launch_bounds__(kThreads)
   add_count(nonfinite_groups, poisoned_in);
 }
 
+// The whole-group kernel's lane layout and blocks per multiprocessor (TACO_CODEC_TUNING can
+// override them, for benchmarking).
+#ifndef TACO_CODEC_REDUCE_MAX_R
+#define TACO_CODEC_REDUCE_MAX_R 32
+#endif
+// Blocks per multiprocessor: 3 at G = 32 (its registers fit without spilling: 1857 against 1712
+// GB/s on an H100), else 2 (3 spilled up to 268 bytes and ran 30-40% slower).
+#ifndef TACO_CODEC_REDUCE_MIN_BLOCKS
+#define TACO_CODEC_REDUCE_MIN_BLOCKS(G) ((G) == 32 ? 3 : TACO_CODEC_MIN_BLOCKS)
+#endif
+template <int G>
+using WholeReduceShape = TileShape<1, G, false, TACO_CODEC_REDUCE_MAX_R>;
+
+// Along hidden with whole groups and 16-byte aligned rows of codes, for 2 or 4 messages (the
+// two-shot all-reduce at tp = 2 and 4), the kernel above specialized (measured on an H100 with
+// Nsight Compute: the general one issued ~66 instructions per element at 25% occupancy, 17% of
+// them branches and selects of options known at launch, and its 4-byte code loads wasted 48% of
+// the sectors): a lane holds its codes in 16-byte runs (tile shape of 1-byte elements), the
+// options are fixed at compile time where they are a codec's defaults (kFixed), the loops over
+// messages unroll (kCount), and each tile's codes and scales of every message are read together,
+// one tile ahead of the arithmetic for two messages. The sums, their order and the bytes are the
+// general kernel's.
+template <int G, FixedOptions kFixed, int kCount>
+__global__ void __launch_bounds__(kThreads, TACO_CODEC_REDUCE_MIN_BLOCKS(G))
+    decode_sum_encode_whole_kernel(const uint8_t* __restrict__ in, uint64_t slot, int count,
+                                   uint64_t size, WireExpectation expect, uint8_t* __restrict__ out,
+                                   GroupParams p, HeaderParams hp, uint32_t* status,
+                                   int64_t* nonfinite_groups) {
+  if (!block_accepts_headers(in, slot, count, size, expect, status)) return;
+  using S = WholeReduceShape<G>;  // codes in 16-byte runs; the values are fp32 in registers
+  constexpr int R = S::R, L = S::L;
+  write_header_and_padding(out, hp);
+  const int lane = threadIdx.x % 32, li = lane % L;
+  int64_t poisoned_in = 0, poisoned_out = 0;  // out: counted when the sum is decoded
+  const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
+  const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);  // launched with kThreads
+  const int64_t step = warps * S::kTilesPerWarp;
+  uint8_t* const codes_out = out + wire::kHeaderBytes;
+  uint8_t* const scales_out = out + p.scales_offset;
+
+  auto load = [&](const TileRef& t, CodedTile<S>(&ct)[kCount]) {
+#pragma unroll
+    for (int m = 0; m < kCount; ++m) {
+      const uint8_t* message = in + uint64_t(m) * slot;
+      load_coded_tile<S, false, true, false, kFixed>(message + wire::kHeaderBytes,
+                                                     message + p.scales_offset, t, p, ct[m]);
+    }
+  };
+  // Two messages' next codes fit in registers beside the arithmetic; four spill (ptxas: up to
+  // 228 bytes), so there each tile's loads are only issued together.
+  constexpr bool kAhead = kCount <= 2;
+  int64_t t0 = warp * S::kTilesPerWarp;
+  TileRef t = tile_at<S, G, false, true>(t0 + lane / L, li, p);
+  CodedTile<S> ct[kCount];
+  if (kAhead) load(t, ct);
+  for (; t0 < p.tiles; t0 += step) {
+    const TileRef tn = tile_at<S, G, false, true>(t0 + step + lane / L, li, p);
+    CodedTile<S> next[kCount];
+    if (kAhead) {
+      load(tn, next);
+    } else {
+      load(t, ct);
+    }
+    float sum[1][R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) sum[0][r] = 0.f;
+#pragma unroll
+    for (int m = 0; m < kCount; ++m) {
+      float v[1][R];
+      decode_loaded_tile<S, false, true, false, kFixed>(ct[m], t, li, p, v, poisoned_in);
+#pragma unroll
+      for (int r = 0; r < R; ++r) sum[0][r] = __fadd_rn(sum[0][r], v[0][r]);
+    }
+    encode_tile<S, false, true, kFixed>(sum, t, li, p, codes_out, scales_out, poisoned_out);
+    if (kAhead) {
+#pragma unroll
+      for (int m = 0; m < kCount; ++m) ct[m] = next[m];
+    }
+    t = tn;
+  }
+  add_count(nonfinite_groups, poisoned_in);
+}
+
 // Along tokens, staged through shared memory (token_stage.cuh): each stage's codes of all
 // `count` messages come in at once (cp.async, one stage ahead: a ring of 2 stages of count code
 // tiles each), each group is decoded from every message in turn and summed in registers in the
@@ -209,6 +292,31 @@ void launch(const ReduceArgs& a) {
                                                      p, a.hp, a.status, a.nonfinite_groups);
       TACO_LAUNCH_OK();
       return;
+    }
+  }
+  if constexpr (!kTokens) {
+    using W = WholeReduceShape<G>;
+    GroupParams w = p;
+    set_tiles<W, G, false>(w, /*aligned=*/true);  // slots and out are 16-byte aligned
+    const bool slots_aligned = a.count == 1 || a.slot % 16 == 0;
+    if (w.tiles > 0 && w.whole_groups && w.vectorized && slots_aligned &&
+        (a.count == 2 || a.count == 4)) {
+      return with_fixed_options(w, [&](auto fixed) {
+        constexpr FixedOptions kFixed = decltype(fixed)::value;
+        auto run = [&](auto count) {
+          constexpr auto kernel = decode_sum_encode_whole_kernel<G, kFixed, decltype(count)::value>;
+          const unsigned blocks =
+              wave_grid<kernel>(w.tiles, int64_t(kThreads / 32) * W::kTilesPerWarp, 0);
+          kernel<<<blocks, kThreads, 0, a.stream>>>(a.in, a.slot, a.count, a.size, a.expect, a.out,
+                                                    w, a.hp, a.status, a.nonfinite_groups);
+          TACO_LAUNCH_OK();
+        };
+        if (a.count == 2) {
+          run(std::integral_constant<int, 2>{});
+        } else {
+          run(std::integral_constant<int, 4>{});
+        }
+      });
     }
   }
   set_tiles<S, G, kTokens>(p, /*aligned=*/true);  // slots and out are 16-byte aligned

@@ -65,10 +65,17 @@ std::vector<std::string> items(const S& section, const std::vector<Field<S>>& ta
   return out;
 }
 
+// candidate only where it matters (codec: auto) or was changed, so that configs without auto
+// read back as they always did.
 std::vector<std::string> codec_items(const CodecSpec& spec) {
-  return {"codec: " + yaml_value(spec.codec), "format: " + yaml_value(spec.format),
-          "group: " + (spec.group == 0 ? std::string("auto") : std::to_string(spec.group)),
-          "scales: " + yaml_value(spec.scales)};
+  std::vector<std::string> out = {"codec: " +
+                                  (spec.codec_auto ? std::string("auto") : yaml_value(spec.codec))};
+  if (spec.codec_auto || spec.candidate != CodecSpec{}.candidate)
+    out.push_back("candidate: " + yaml_value(spec.candidate));
+  out.push_back("format: " + yaml_value(spec.format));
+  out.push_back("group: " + (spec.group == 0 ? std::string("auto") : std::to_string(spec.group)));
+  out.push_back("scales: " + yaml_value(spec.scales));
+  return out;
 }
 
 // "{ a: 1, b: 2 }" starting at column `column`: the entries joined by ", ", wrapped before kColumns
@@ -129,6 +136,8 @@ std::string config_to_yaml(const Config& c) {
   out += "  chunks: " +
          (c.compression.chunks == 0 ? std::string("auto") : std::to_string(c.compression.chunks)) +
          "\n";
+  out += "  auto_margin: " + yaml_value(c.compression.auto_margin) + "\n";
+  out += "  auto_recheck_steps: " + std::to_string(c.compression.auto_recheck_steps) + "\n";
   out += c.compression.rules.empty() ? "  rules: []\n" : "  rules:\n";
   for (const auto& rule : c.compression.rules) out += rule_text(rule);
   out += line("", "checkpoint", items(c.checkpoint, kCheckpointFields));

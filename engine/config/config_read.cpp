@@ -157,6 +157,8 @@ class Reader {
                  if (e.key == "min_bytes") read(e, {}, &out->min_bytes);
                  if (e.key == "calibrate_steps") read(e, {}, &out->calibrate_steps);
                  if (e.key == "chunks") chunks(e, &out->chunks);
+                 if (e.key == "auto_margin") read(e, {}, &out->auto_margin);
+                 if (e.key == "auto_recheck_steps") read(e, {}, &out->auto_recheck_steps);
                  if (e.key == "rules") rules(e, &out->rules);
                });
   }
@@ -194,6 +196,14 @@ class Reader {
         fail(e, "'" + text + "' is not a supported group size", expected);
       out->group = *group;
       return;
+    }
+    if (e.key == "codec") {
+      // codec: auto is no codec of its own: a flag, `candidate` being what it may choose.
+      out->codec_auto = scalar(e, "one of " + join(kCodecChoices, ", ")) == "auto";
+      if (out->codec_auto) {
+        out->codec = CodecKind::none;
+        return;
+      }
     }
     for (const auto& f : kCodecFields) {
       if (e.key == f.key)

@@ -179,6 +179,8 @@ std::string compression_part() {
     if (key == "calibrate_steps") value = code(std::to_string(defaults.calibrate_steps));
     if (key == "chunks")
       value = code(defaults.chunks == 0 ? "auto" : std::to_string(defaults.chunks));
+    if (key == "auto_margin") value = code(yaml_value(defaults.auto_margin));
+    if (key == "auto_recheck_steps") value = code(std::to_string(defaults.auto_recheck_steps));
     if (key == "rules") value = "`[]`";
     out += row(path, {d ? d->type : "", value, d ? d->doc : ""});
   }
@@ -210,25 +212,48 @@ std::string compression_part() {
       out += row(key, {type, code(codec_default(spec_defaults, key)), "as in the codec spec"});
     }
   }
-  out += "\n" +
-         wrap(
-             "Layer syntax (`layers`): `all`; one block `3`; an inclusive range `1-3`; a comma "
-             "list of both, `0,2,5-7` (spaces around items are ignored). Indices count from 0 "
-             "and must be below `model.n_layer`. Model-wide sites belong to no layer: a rule "
-             "reaches them only when its layers cover every block (`all`, or a list naming them "
-             "all), and a rule that names one in `sites` with fewer layers is refused.") +
-         "\n" +
-         wrap(
-             "Example: taco on the two row-parallel outputs of blocks 1-3, FP8 block scaling on "
-             "every other site:") +
-         "\n"
-         "```yaml\n"
-         "compression:\n"
-         "  default: { codec: fp8_block, group: 64, scales: e8m0 }\n"
-         "  min_bytes: 65536\n"
-         "  rules:\n"
-         "    - { layers: \"1-3\", sites: [attn.out.fwd, mlp.out.fwd], codec: taco }\n"
-         "```\n";
+  out +=
+      "\n" +
+      wrap(
+          "Layer syntax (`layers`): `all`; one block `3`; an inclusive range `1-3`; a comma "
+          "list of both, `0,2,5-7` (spaces around items are ignored). Indices count from 0 "
+          "and must be below `model.n_layer`. Model-wide sites belong to no layer: a rule "
+          "reaches them only when its layers cover every block (`all`, or a list naming them "
+          "all), and a rule that names one in `sites` with fewer layers is refused.") +
+      "\n" +
+      wrap(
+          "Example: taco on the two row-parallel outputs of blocks 1-3, FP8 block scaling on "
+          "every other site:") +
+      "\n"
+      "```yaml\n"
+      "compression:\n"
+      "  default: { codec: fp8_block, group: 64, scales: e8m0 }\n"
+      "  min_bytes: 65536\n"
+      "  rules:\n"
+      "    - { layers: \"1-3\", sites: [attn.out.fwd, mlp.out.fwd], codec: taco }\n"
+      "```\n"
+      "\n" +
+      wrap(
+          "`codec: auto` lets the run decide instead of `min_bytes`: at the first use of each "
+          "(layer, site, message size) the group times its native collective at three sizes "
+          "(once per group: a latency and bandwidth fit), times the candidate's encode and decode "
+          "on a "
+          "message of that shape, and compresses only where encode + compressed transfer + decode "
+          "is "
+          "predicted below (1 - `auto_margin`) x the native transfer. Every rank of the group "
+          "decides on the slowest rank's numbers, so all agree. The decisions are logged as a "
+          "table after the first step; pipeline sends (`pp.act`, `pp.grad`) are never tuned "
+          "and stay uncompressed under auto. Example: decide for every site, with fp8_block "
+          "as the candidate of the MLP's input gradient:") +
+      "\n"
+      "```yaml\n"
+      "compression:\n"
+      "  default: { codec: auto }            # candidate taco\n"
+      "  auto_margin: 0.1\n"
+      "  auto_recheck_steps: 500\n"
+      "  rules:\n"
+      "    - { layers: all, sites: [mlp.in.bwd], codec: auto, candidate: fp8_block, group: 64 }\n"
+      "```\n";
   return out;
 }
 
@@ -363,8 +388,9 @@ std::string config_keys_brief() {
   line("parallel:", keys_of(kParallelFields));
   line("train:", keys_of(kTrainFields));
   line("data:", keys_of(kDataFields));
-  line("compression:", {"default{" + join(kCodecKeys, " ") + "}", "min_bytes", "calibrate_steps",
-                        "chunks", "rules[{" + join(kRuleKeys, " ") + "}]"});
+  line("compression:",
+       {"default{" + join(kCodecKeys, " ") + "}", "min_bytes", "calibrate_steps", "chunks",
+        "auto_margin", "auto_recheck_steps", "rules[{" + join(kRuleKeys, " ") + "}]"});
   line("checkpoint:", keys_of(kCheckpointFields));
   line("log:", keys_of(kLogFields));
   out += "Sites a rule can name (compression.rules[].sites):\n";

@@ -29,6 +29,13 @@ inline const Choices kStagedReduce = {"auto", "native", "two_shot"};
 inline const Choices kPrecisions = {"auto", "fp32", "bf16"};
 inline const Choices kDevices = {"auto", "cpu", "cuda"};
 inline const Choices kCodecs = names_of(kCodecKinds, codec_kind_name);
+// `codec` also takes auto (CodecSpec::codec_auto); `candidate` takes the codecs but none.
+inline const Choices kCodecChoices = [] {
+  Choices c = kCodecs;
+  c.emplace_back("auto");
+  return c;
+}();
+inline const Choices kCandidates(kCodecs.begin() + 1, kCodecs.end());
 inline const Choices kFormats = names_of(kFp8Formats, fp8_format_name);
 inline const Choices kScales = names_of(kFp8ScaleModes, fp8_scales_name);
 inline const Choices kResume = {"false", "true", "auto"};
@@ -180,8 +187,14 @@ inline const std::vector<Field<LogSection>> kLogFields = {
 inline const std::vector<Field<CodecSpec>> kCodecFields = {
     {"codec", &CodecSpec::codec,
      "none: raw values on the backend's own collective; fp8_tensor: FP8, one scale per message; "
-     "fp8_block: FP8, one scale per group; taco: adaptive scale + Hadamard per group, then FP8.",
-     kCodecs},
+     "fp8_block: FP8, one scale per group; taco: adaptive scale + Hadamard per group, then FP8; "
+     "auto: none or the candidate per message size, whichever the link and codec speeds "
+     "measured at the first step predict faster (compression.auto_margin).",
+     kCodecChoices},
+    {"candidate", &CodecSpec::candidate,
+     "codec: auto only: the codec it may choose instead of none; format, group (not auto) and "
+     "scales are the candidate's.",
+     kCandidates},
     {"format", &CodecSpec::format,
      "FP8 format of the codes: e4m3 (max 448, more mantissa) or e5m2 (max 57344, more range).",
      kFormats},
@@ -193,10 +206,12 @@ inline const std::vector<Field<CodecSpec>> kCodecFields = {
 
 inline const std::vector<std::string> kSections = {"run",  "model",       "parallel",   "train",
                                                    "data", "compression", "checkpoint", "log"};
-inline const std::vector<std::string> kCompressionKeys = {"default", "min_bytes", "calibrate_steps",
-                                                          "chunks", "rules"};
-inline const std::vector<std::string> kCodecKeys = {"codec", "format", "group", "scales"};
-inline const std::vector<std::string> kRuleKeys = {"layers", "sites", "codec",
+inline const std::vector<std::string> kCompressionKeys = {
+    "default", "min_bytes", "calibrate_steps", "chunks", "auto_margin", "auto_recheck_steps",
+    "rules"};
+inline const std::vector<std::string> kCodecKeys = {"codec", "candidate", "format", "group",
+                                                    "scales"};
+inline const std::vector<std::string> kRuleKeys = {"layers", "sites", "codec", "candidate",
                                                    "format", "group", "scales"};
 
 // The meaning of the keys that are not plain fields (the compression section, a codec spec's
@@ -223,6 +238,12 @@ inline const std::vector<KeyDoc> kCompressionDocs = {
      "overlaps sending piece j. auto: over NCCL up to 8 pieces of at least 4 MiB (one below "
      "8 MiB); over host-staged MPI one piece, whose transfer the staging pipelines "
      "(parallel.stage_piece_bytes)."},
+    {"compression.auto_margin", "number",
+     "codec: auto compresses a message only where encode + compressed transfer + decode is "
+     "predicted below (1 - auto_margin) x the native collective; in [0, 1)."},
+    {"compression.auto_recheck_steps", "integer",
+     "codec: auto measures the links and codecs again and re-decides every N steps, logging "
+     "what changed; 0 decides once, at each message's first use."},
     {"compression.rules", "list of rules",
      "Optional exceptions to default; the first rule whose layers and sites match a message "
      "decides its codec. A rule's codec keys it leaves out take the codec-spec defaults (codec "

@@ -16,6 +16,7 @@
 #include "engine/runtime/arena.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/checkpoint_model.h"
+#include "engine/train/codec_auto_log.h"
 #include "engine/train/metrics.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/schedule.h"
@@ -617,6 +618,7 @@ StepOutcome Trainer::State::train_step(int step, const PipelineStage& stage,
 
   grad_sync->reduce(sp_grads, tied_grad, model->grads(), model->grads_padded());
   if (calibration && calibration->active()) end_calibration_step(*calibration, *grid, ctx.run_dir);
+  if (policy->any_automatic()) log_codec_auto(comms(), *policy, step, grid->world_rank() == 0);
 
   const GridCoord coord = grid->coord();
   const ZeroShard& shard = grad_sync->shard();

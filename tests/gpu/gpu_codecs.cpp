@@ -286,7 +286,7 @@ TEST(CudaCodecs, DecodeSumEncodeMatchesTheHostDecodeAccumulateThenEncode) {
   for (const CodecOptions& o : all_fp8_options()) {
     const auto codec = make_codec(canonical(o));
     for (MessageShape shape : kShapes) {
-      for (int p : {1, 2, 3}) {
+      for (int p : {1, 2, 3, 4}) {  // 2 and 4 also take the whole-group kernel along hidden
         SCOPED_TRACE(describe(codec->name(), " [", shape.rows, ", ", shape.cols, "] p=", p));
         const size_t n = size_t(shape.count());
         const size_t size = codec->max_encoded_size(shape, DType::bf16);
@@ -332,17 +332,29 @@ TEST(CudaCodecs, DecodeSumEncodeMatchesTheHostDecodeAccumulateThenEncode) {
   }
 }
 
-// The staged decode-sum-encode along tokens on a message of more stages than a wave of blocks
-// (as above), p = 2 and 4 messages, against the host's decode_accumulate then encode.
-TEST(CudaCodecs, StagedTokenDecodeSumEncodeOnALargeMessageMatchesTheHost) {
+// The staged decode-sum-encode along tokens, and the whole-group one along hidden, on a message
+// of more tiles than a wave of blocks (as above; along hidden every warp runs several tiles, each
+// read one tile ahead), p = 2 and 4 messages, against the host's decode_accumulate then encode.
+// Along hidden: taco's and fp8_block's defaults (fixed at compile time in the kernel) and taco
+// with e8m0 scales (the message's options), at G = 32, 128 and 512.
+TEST(CudaCodecs, LargeMessageDecodeSumEncodeMatchesTheHost) {
   TACO_SKIP_WITHOUT_GPU();
   const WireContext ctx{"test", 0};
   uint64_t seed = 2000;
   const MessageShape shape{8229, 1024};
   const size_t n = size_t(shape.count());
+  std::vector<CodecOptions> cases;
   for (int g : {32, 128}) {
-    const auto codec = make_codec(canonical(
-        CodecOptions{CodecKind::taco, Fp8Format::e4m3, g, Fp8Scales::dual, GroupAxis::token}));
+    cases.push_back({CodecKind::taco, Fp8Format::e4m3, g, Fp8Scales::dual, GroupAxis::token});
+  }
+  for (int g : {32, 128, 512}) {
+    cases.push_back({CodecKind::taco, Fp8Format::e4m3, g, Fp8Scales::dual, GroupAxis::hidden});
+    cases.push_back(
+        {CodecKind::fp8_block, Fp8Format::e4m3, g, Fp8Scales::single, GroupAxis::hidden});
+  }
+  cases.push_back({CodecKind::taco, Fp8Format::e4m3, 128, Fp8Scales::e8m0, GroupAxis::hidden});
+  for (const CodecOptions& o : cases) {
+    const auto codec = make_codec(canonical(o));
     for (int p : {2, 4}) {
       SCOPED_TRACE(describe(codec->name(), " p=", p));
       const size_t size = codec->max_encoded_size(shape, DType::bf16);
@@ -351,7 +363,7 @@ TEST(CudaCodecs, StagedTokenDecodeSumEncodeOnALargeMessageMatchesTheHost) {
       std::vector<float> sum(n, 0.f);
       int64_t nan_groups = 0;
       for (int i = 0; i < p; ++i) {
-        const Data d = i == 1 ? Data::nonfinite : Data::gaussian;
+        const Data d = i == 1 ? Data::nonfinite : i == 2 ? Data::outliers : Data::gaussian;
         const std::vector<bf16> x = test::to_bf16(make_data(d, shape, ++seed));
         codec->encode(x.data(), shape, slots.data() + size_t(i) * slot, size);
         nan_groups +=

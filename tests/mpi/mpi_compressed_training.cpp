@@ -14,38 +14,14 @@
 #include "engine/config/config.h"
 #include "engine/train/trainer.h"
 #include "tests/mpi/mpi_test_fixture.h"
-#include "tests/support/fortune_data.h"
+#include "tests/mpi/tiny_tp2_config.h"
 
 namespace taco {
 namespace {
 
 constexpr int kSteps = 30;
 
-// mpi_layouts' tiny model (4 layers, d_model 32, 16 tokens, 512 tokens a step) at tp = 2 with
-// `compression` overrides, e.g. "compression.default={codec: taco, group: 32}".
-Config tp2_config(int steps, const std::vector<std::string>& compression) {
-  const std::string data = test::fortune_shards("compressed_training_shards");
-  std::vector<std::string> o = {"model.n_layer=4",
-                                "model.n_head=4",
-                                "model.d_model=32",
-                                "model.seq_len=16",
-                                "train.micro_batch_size=2",
-                                "train.global_batch_tokens=512",
-                                "train.steps=" + std::to_string(steps),
-                                "train.lr=3e-3",
-                                "train.warmup_steps=3",
-                                "train.seed=42",
-                                "log.every=10",
-                                "log.eval_every=0",
-                                "log.eval_batches=2",
-                                "data.train=" + data + "/train_*.bin",
-                                "data.val=" + data + "/val_*.bin",
-                                "parallel.tp=2",
-                                "compression.min_bytes=0"};
-  o.insert(o.end(), compression.begin(), compression.end());
-  const std::string yaml = test::read_file(test::source_dir() + "/configs/tiny-cpu.yaml");
-  return load_config_text(yaml, "compressed training test", o);
-}
+using test::tiny_tp2_config;
 
 // A fresh run directory, made by rank 0 and seen by all.
 std::string run_dir(const std::string& name, int rank) {
@@ -78,16 +54,16 @@ class CompressedTraining : public test::MpiTest {};
 
 TEST_F(CompressedTraining, TacoOnEveryTpSiteEndsWithinOnePercentOfUncompressed) {
   if (world_size_ != 2) GTEST_SKIP() << "needs 2 ranks (tp = 2)";
-  const double none = Trainer(tp2_config(kSteps, {}), RunContext{}).run().train_loss.back();
+  const double none = Trainer(tiny_tp2_config(kSteps, {}), RunContext{}).run().train_loss.back();
 
   RunContext taco_ctx;
   taco_ctx.run_dir = run_dir("compressed_training_taco", world_rank_);
   const double taco =
-      Trainer(tp2_config(kSteps, {"compression.default={codec: taco, group: 32}"}), taco_ctx)
+      Trainer(tiny_tp2_config(kSteps, {"compression.default={codec: taco, group: 32}"}), taco_ctx)
           .run()
           .train_loss.back();
   const double fp8 =
-      Trainer(tp2_config(kSteps, {"compression.default={codec: fp8_tensor}"}), RunContext{})
+      Trainer(tiny_tp2_config(kSteps, {"compression.default={codec: fp8_tensor}"}), RunContext{})
           .run()
           .train_loss.back();
   if (world_rank_ == 0) {
@@ -134,9 +110,9 @@ TEST_F(CompressedTraining, AutoGroupIsCalibratedAgreedAndSaved) {
   RunContext ctx;
   ctx.run_dir = run_dir("compressed_training_auto", world_rank_);
   const TrainHistory h =
-      Trainer(tp2_config(4, {"compression.calibrate_steps=2",
-                             "compression.rules=[{layers: '1-3', sites: [attn.out.fwd, "
-                             "mlp.out.fwd], codec: taco, group: auto}]"}),
+      Trainer(tiny_tp2_config(4, {"compression.calibrate_steps=2",
+                                  "compression.rules=[{layers: '1-3', sites: [attn.out.fwd, "
+                                  "mlp.out.fwd], codec: taco, group: auto}]"}),
               ctx)
           .run();
   EXPECT_EQ(h.train_loss.size(), 4u);

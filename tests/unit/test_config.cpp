@@ -30,6 +30,8 @@ void expect_same_codec(const taco::CodecSpec& a, const taco::CodecSpec& b) {
   EXPECT_EQ(a.format, b.format);
   EXPECT_EQ(a.group, b.group);
   EXPECT_EQ(a.scales, b.scales);
+  EXPECT_EQ(a.codec_auto, b.codec_auto);
+  EXPECT_EQ(a.candidate, b.candidate);
 }
 
 // Every field except `source` and the rules' `line` (where a rule was written, not what it says).
@@ -70,6 +72,8 @@ void expect_same_config(const Config& a, const Config& b) {
   EXPECT_EQ(a.compression.min_bytes, b.compression.min_bytes);
   EXPECT_EQ(a.compression.calibrate_steps, b.compression.calibrate_steps);
   EXPECT_EQ(a.compression.chunks, b.compression.chunks);
+  EXPECT_EQ(a.compression.auto_margin, b.compression.auto_margin);
+  EXPECT_EQ(a.compression.auto_recheck_steps, b.compression.auto_recheck_steps);
   ASSERT_EQ(a.compression.rules.size(), b.compression.rules.size());
   for (size_t i = 0; i < a.compression.rules.size(); ++i) {
     EXPECT_EQ(a.compression.rules[i].layers, b.compression.rules[i].layers);
@@ -165,6 +169,34 @@ TEST(Config, RulesKeepTheirKeysAndLine) {
   EXPECT_EQ(r1.line, 6);
 }
 
+// codec: auto is a flag beside the candidate it may choose (taco unless the spec says), so the
+// codec keys keep their meaning; it survives --set and the effective config.yaml.
+TEST(Config, CodecAutoReadsAsAFlagWithItsCandidate) {
+  const Config c = load_config_text(
+      with_model("compression:\n  default: { codec: auto }\n  auto_margin: 0.25\n  rules:\n"
+                 "    - { sites: [mlp.in.bwd], codec: auto, candidate: fp8_block, group: 64 }\n"),
+      "auto.yaml");
+  EXPECT_TRUE(c.compression.default_spec.codec_auto);
+  EXPECT_EQ(c.compression.default_spec.candidate, CodecKind::taco);
+  EXPECT_EQ(c.compression.auto_margin, 0.25);
+  EXPECT_EQ(c.compression.auto_recheck_steps, 0);
+  ASSERT_EQ(c.compression.rules.size(), 1u);
+  EXPECT_TRUE(c.compression.rules[0].spec.codec_auto);
+  EXPECT_EQ(c.compression.rules[0].spec.candidate, CodecKind::fp8_block);
+  const std::string yaml = taco::config_to_yaml(c);
+  EXPECT_NE(yaml.find("default:  { codec: auto, candidate: taco,"), std::string::npos) << yaml;
+  expect_same_config(load_config_text(yaml, "again.yaml"), c);
+
+  // --set turns it on and off again; a spec without auto writes no candidate.
+  const Config on = load_config_text(kModel, "m.yaml", {"compression.default.codec=auto"});
+  EXPECT_TRUE(on.compression.default_spec.codec_auto);
+  const Config off = load_config_text(with_model("compression: { default: { codec: auto } }\n"),
+                                      "m.yaml", {"compression.default.codec=taco"});
+  EXPECT_FALSE(off.compression.default_spec.codec_auto);
+  EXPECT_EQ(off.compression.default_spec.codec, CodecKind::taco);
+  EXPECT_EQ(taco::config_to_yaml(off).find("candidate"), std::string::npos);
+}
+
 TEST(Config, CompressionChunksAreAutoOrAPieceCount) {
   EXPECT_EQ(load_config_text(kModel, "m.yaml").compression.chunks, 0);  // auto by default
   EXPECT_EQ(
@@ -208,6 +240,8 @@ Config random_config(uint64_t seed) {
   c.compression.min_bytes = 1 << 20;
   c.compression.calibrate_steps = 7;
   c.compression.chunks = static_cast<int>(rng() % 9);  // 0 = auto
+  c.compression.auto_margin = uniform(0, 0.5);
+  c.compression.auto_recheck_steps = static_cast<int>(rng() % 1000);
   // Model-wide sites need a rule over every layer (6 here): "0-5" names them all.
   taco::CompressionRule rule;
   rule.layers = "0-5";
@@ -218,7 +252,12 @@ Config random_config(uint64_t seed) {
   some_layers.layers = "0,2-3";
   some_layers.sites = {"attn.out.fwd", "mlp.in.bwd"};
   some_layers.spec = {CodecKind::fp8_tensor, Fp8Format::e5m2, 256, Fp8Scales::e8m0};
-  c.compression.rules = {rule, some_layers, taco::CompressionRule{}};
+  taco::CompressionRule automatic;  // codec: auto with fp8_block as its candidate
+  automatic.layers = "1";
+  automatic.sites = {"mlp.in.bwd"};
+  automatic.spec = {CodecKind::none,     Fp8Format::e4m3, 64, Fp8Scales::single, true,
+                    CodecKind::fp8_block};
+  c.compression.rules = {rule, some_layers, automatic, taco::CompressionRule{}};
   c.checkpoint = {"ckpt: here", 50, 2, "auto"};
   c.log = {5, 25, 3, true};
   return c;
@@ -535,6 +574,34 @@ const std::vector<BadInput> kBadInputs = {
     "expected an integer >= 1 or auto"}},
   {"ChunksOverride", kModel, {"compression.chunks=-2"}, "bad.yaml: --set compression.chunks: ",
    {"compression.chunks: '-2' is not a number of pipeline pieces"}},
+  // codec: auto (compression/policy.h): candidate, margin and re-check steps.
+  {"AutoCandidateNone",
+   with_model("compression:\n  default: { codec: auto, candidate: none }\n"), {},
+   "bad.yaml:3: ", {"compression.default.candidate: none is no candidate for codec: auto",
+                    "expected fp8_tensor, fp8_block or taco"}},
+  {"AutoCandidateAuto",
+   with_model("compression:\n  rules:\n    - { codec: auto, candidate: auto }\n"), {},
+   "bad.yaml:4: ", {"compression.rules[0].candidate: unknown value 'auto'",
+                    "expected one of fp8_tensor, fp8_block, taco"}},
+  {"AutoCandidateTypo",
+   with_model("compression:\n  default: { codec: auto, candidat: fp8_block }\n"), {},
+   "bad.yaml:3: ", {"compression.default.candidat: unknown key (did you mean "
+                    "compression.default.candidate?)", "expected one of codec, candidate"}},
+  {"AutoWithGroupAuto",
+   with_model("compression:\n  calibrate_steps: 2\n  rules:\n"
+              "    - { layers: all, codec: auto, group: auto }\n"), {},
+   "bad.yaml:5: ", {"compression.rules[0].group: auto cannot be combined with codec: auto",
+                    "expected 32, 64, 128, 256 or 512"}},
+  {"AutoMarginOne", with_model("compression: { auto_margin: 1 }\n"), {}, "bad.yaml:2: ",
+   {"compression.auto_margin: 1 is out of range", "expected a number in [0, 1)"}},
+  {"AutoMarginNegativeOverride", kModel, {"compression.auto_margin=-0.5"},
+   "bad.yaml: --set compression.auto_margin: ",
+   {"compression.auto_margin: -0.5 is out of range", "expected a number in [0, 1)"}},
+  {"AutoMarginWord", with_model("compression:\n  auto_margin: lots\n"), {}, "bad.yaml:3: ",
+   {"compression.auto_margin: 'lots' is not a finite number", "expected a number"}},
+  {"AutoRecheckNegative", with_model("compression:\n  auto_recheck_steps: -5\n"), {},
+   "bad.yaml:3: ", {"compression.auto_recheck_steps: -5 is negative",
+                    "expected an integer >= 0"}},
   {"RulesNotAList", with_model("compression: { rules: { codec: taco } }\n"), {}, "bad.yaml:2: ",
    {"compression.rules: got a map", "expected a list of rules"}},
   {"YamlSyntax", with_model("data: { train: \"x\" ] }\n"), {}, "bad.yaml:2: ",

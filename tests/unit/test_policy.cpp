@@ -152,6 +152,14 @@ TEST(Policy, RejectsBadRulesWithOneLineNamingFileLineAndKey) {
   CompressionSection negative_steps;
   negative_steps.calibrate_steps = -2;
   CompressionSection auto_without_steps = with_rule(rule("all", {}, spec("taco", 0), 9));
+  CodecSpec auto_none;
+  auto_none.codec_auto = true;
+  auto_none.candidate = CodecKind::none;
+  CompressionSection auto_candidate_none = with_rule(rule("all", {}, auto_none, 6));
+  CompressionSection auto_margin_one;
+  auto_margin_one.auto_margin = 1;
+  CompressionSection auto_recheck_negative;
+  auto_recheck_negative.auto_recheck_steps = -1;
   CompressionSection wide_default;
   wide_default.default_spec = spec("fp8_block", 256, "single");
   const Case cases[] = {
@@ -175,6 +183,12 @@ TEST(Policy, RejectsBadRulesWithOneLineNamingFileLineAndKey) {
       {negative_steps, "exp.yaml: compression.calibrate_steps: -2 is negative"},
       {auto_without_steps,
        "exp.yaml: compression.calibrate_steps: 0, but compression.rules[0] says group: auto"},
+      {auto_candidate_none,
+       "exp.yaml:6: compression.rules[0].candidate: none is no candidate for codec: auto"},
+      {auto_margin_one,
+       "exp.yaml: compression.auto_margin: 1 is out of range; expected a "
+       "number in [0, 1)"},
+      {auto_recheck_negative, "exp.yaml: compression.auto_recheck_steps: -1 is negative"},
   };
   for (const Case& c : cases) {
     const std::string msg = policy_error(c.section, 4, c.d_model);
@@ -258,6 +272,59 @@ TEST(Policy, AutoGroupsWaitForCalibration) {
   CodecOptions want = taco_g(512);
   want.axis = GroupAxis::token;
   EXPECT_EQ(p.resolve(0, Site::dp_grad, 1 << 20), want);
+}
+
+// codec: auto keeps its candidate as the configured options and marks the (layer, site)
+// automatic; the table's legend says the choice is left to measurement.
+TEST(Policy, CodecAutoMarksItsSitesAndKeepsTheCandidate) {
+  CompressionSection c;
+  c.min_bytes = 4096;
+  c.auto_margin = 0.2;
+  c.auto_recheck_steps = 50;
+  CodecSpec automatic = spec("fp8_block", 64, "single");
+  automatic.codec = CodecKind::none;  // ignored under codec: auto
+  automatic.codec_auto = true;
+  automatic.candidate = CodecKind::fp8_block;
+  c.rules = {rule("1-2", {"mlp.in.bwd"}, automatic), rule("all", {"attn.out.fwd"}, spec("taco"))};
+  c.default_spec.codec_auto = true;  // candidate taco, g128 dual
+  CompressionPolicy p(c, 4, kDModel);
+  EXPECT_DOUBLE_EQ(p.auto_margin(), 0.2);
+  EXPECT_EQ(p.auto_recheck_steps(), 50);
+  EXPECT_TRUE(p.any_automatic());
+  const CodecOptions block{CodecKind::fp8_block, Fp8Format::e4m3, 64, Fp8Scales::single,
+                           GroupAxis::hidden};
+  for (int layer : {1, 2}) {
+    EXPECT_TRUE(p.automatic(layer, Site::mlp_in_bwd));
+    EXPECT_EQ(p.configured(layer, Site::mlp_in_bwd), block);
+    EXPECT_EQ(p.resolve(layer, Site::mlp_in_bwd, 1 << 20), block);
+  }
+  // The default (auto, candidate taco) reaches layer 0's mlp.in.bwd and the model-wide sites;
+  // the explicit taco rule is not automatic.
+  EXPECT_TRUE(p.automatic(0, Site::mlp_in_bwd));
+  EXPECT_EQ(p.configured(0, Site::mlp_in_bwd), taco_g(128));
+  EXPECT_TRUE(p.automatic(-1, Site::dp_grad));
+  EXPECT_FALSE(p.automatic(3, Site::attn_out_fwd));
+  EXPECT_EQ(p.configured(3, Site::attn_out_fwd), taco_g(128));
+  EXPECT_EQ(p.resolve(1, Site::mlp_in_bwd, 4095), CodecOptions{});  // min_bytes still first
+
+  const std::string table = p.table();
+  EXPECT_NE(table.find("  A auto: none or taco e4m3 g128 dual hidden, whichever measures faster"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("  B taco e4m3 g128 dual hidden\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("  C auto: none or fp8_block e4m3 g64 hidden"), std::string::npos) << table;
+  EXPECT_NE(table.find("  1-2     A   A     B   A     A   C     A   A\n"), std::string::npos)
+      << table;
+}
+
+// Without codec: auto nothing is automatic.
+TEST(Policy, NoSiteIsAutomaticUnlessASpecSaysAuto) {
+  CompressionSection c;
+  c.default_spec = spec("taco");
+  const CompressionPolicy p(c, 2, kDModel);
+  EXPECT_FALSE(p.any_automatic());
+  for (Site site : compressible_sites())
+    EXPECT_FALSE(p.automatic(site_is_per_layer(site) ? 1 : -1, site));
 }
 
 TEST(Sites, NamesMatchTheConfigsOrder) {

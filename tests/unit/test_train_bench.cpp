@@ -107,6 +107,24 @@ TEST(TrainBench, RunsTheTinyConfigOnTwoCpuRanksAndReportsEveryField) {
   EXPECT_TRUE(std::filesystem::exists(out + "/train_bench.txt"));
 }
 
+// The codec-auto preset runs taco-train with codec: auto. Over a pretended slow link (the
+// TACO_AUTO_LINK test hook, inherited by the ranks) auto chooses taco for every tp site, so the
+// wire bytes are taco's: well below the logical bytes.
+TEST(TrainBench, CodecAutoPresetRunsCodecAuto) {
+  const std::string out = taco::test::scratch_dir("train_bench_codec_auto");
+  const auto r =
+      run_command("TACO_AUTO_LINK=1000:0.001 " + script() + " --build " + taco::test::binary_dir() +
+                  " --models tiny --tp 2 --codecs codec-auto --steps 3 --warmup 1" +
+                  " --device cpu --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto v = read_report(out);
+  const std::string run = "tiny-tp2-codec-auto";
+  EXPECT_EQ(v.at(run + ".status"), "'ok'");
+  EXPECT_NE(v.at(run + ".command_line").find("compression.default.codec=auto"), std::string::npos);
+  EXPECT_TRUE(std::isfinite(num(v, run + ".loss")));
+  EXPECT_LT(num(v, run + ".wire_bytes"), 0.5 * num(v, run + ".logical_bytes"));
+}
+
 // A stand-in taco-train (rank 0 writes, as the trainer does) whose records each cover two
 // steps with the agreed schema: step_ms per step, staging_ms, codec_ms, mfu. `none` steps take
 // 100 + step ms with 60 ms of communication; `taco` 50 + step ms with 30 ms, 10 of it staging and

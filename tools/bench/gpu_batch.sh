@@ -129,14 +129,22 @@ for part in "${parts[@]}"; do
       awk '{ print $NF }' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -30
     ;;
   profile)
-    # The first launch of each kernel under --codecs taco is taco's (G=128 dual along hidden).
-    for k in encode_groups_kernelItLi128ELb0 decode_groups_kernelItLi128ELb0ELb0; do
-      ncu --kernel-name-base mangled --kernel-name "regex:$k" --launch-count 1 -f -o /tmp/prof \
-        --section SourceCounters --section SpeedOfLight --section WarpStateStats \
-        $B/taco-bench codec --codecs taco --reps 1 --min-bytes 128M --max-bytes 128M \
-        > "$OUT/profile.log" 2>&1 || { tail -5 "$OUT/profile.log"; continue; }
-      ncu --import /tmp/prof.ncu-rep --page source --print-source sass --csv > "$OUT/$k.csv"
-      ncu --import /tmp/prof.ncu-rep --page details | grep -E "Duration|Throughput|Executed Ipc"
+    # PROFILE_KERNELS="regex ..." (mangled-name regexes; default: taco's G=128 dual encode and
+    # bf16 decode along hidden, the first launch of each under --codecs taco). Per kernel: the
+    # details page (speed of light, stall reasons, launch and occupancy) in $OUT/<regex>.txt and
+    # the per-SASS-line counters in $OUT/<regex>.csv.
+    for k in ${PROFILE_KERNELS:-encode_groups_kernelItLi128ELb0 decode_groups_kernelItLi128ELb0ELb0}; do
+      f=$(echo "$k" | tr -c 'A-Za-z0-9_\n' _)
+      ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$k" --launch-count 1 \
+        -f -o /tmp/prof --section SourceCounters --section SpeedOfLight --section WarpStateStats \
+        --section LaunchStats --section Occupancy --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis \
+        $B/taco-bench codec --codecs "${PROFILE_CODECS:-taco}" --reps 1 --min-bytes 128M \
+        --max-bytes 128M > "$OUT/profile.log" 2>&1 || { tail -5 "$OUT/profile.log"; continue; }
+      ncu --import /tmp/prof.ncu-rep --page source --print-source sass --csv > "$OUT/$f.csv"
+      ncu --import /tmp/prof.ncu-rep --page details > "$OUT/$f.txt"
+      echo "== $k"
+      grep -E "Duration|Throughput|Executed Ipc|Registers Per|Achieved Occupancy|Theoretical Occ|Stall|Issue Slots Busy" "$OUT/$f.txt" | head -30
     done
     ;;
   slowtests)

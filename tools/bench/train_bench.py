@@ -62,6 +62,9 @@ CODECS = {
     "fp8_tensor": ["compression.default.codec=fp8_tensor"],
     "taco-auto": ["compression.default.codec=taco", "compression.default.group=auto",
                   "compression.calibrate_steps=1"],
+    # codec: auto (not taco-auto's group: auto): each site compresses with taco only where the
+    # run's measured link and codec speeds predict a gain (compression/policy.h).
+    "codec-auto": ["compression.default.codec=auto"],
 }
 DEFAULT_CODECS = "none,taco,fp8_block,taco-auto"
 

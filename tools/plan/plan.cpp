@@ -13,6 +13,7 @@
 #include "engine/config/config_source.h"
 #include "kernels/check.h"
 #include "model/param_layout.h"
+#include "parallel/collective_model.h"
 
 namespace taco::plan {
 namespace {
@@ -105,13 +106,14 @@ class MapReader {
   std::string path_;
 };
 
-// Alpha-beta collective costs, in seconds, for p ranks on `link` and n bytes per rank.
+// Alpha-beta collective costs (parallel/collective_model.h, the model codec: auto predicts
+// with), in seconds, for p ranks on `link` and a message of n bytes.
+LinkModel link_model(const Link& l) { return {l.latency_us * 1e-6, l.bandwidth_GBps * 1e9}; }
 double t_allreduce(const Link& l, int p, double n) {
-  if (p <= 1) return 0;
-  return 2.0 * (p - 1) * (l.latency_us * 1e-6 + n / p / (l.bandwidth_GBps * 1e9));
+  return collective_seconds(CommOp::all_reduce, p, n, link_model(l));
 }
 double t_send(const Link& l, double n) {
-  return l.latency_us * 1e-6 + n / (l.bandwidth_GBps * 1e9);
+  return collective_seconds(CommOp::send, 2, n, link_model(l));
 }
 
 }  // namespace
@@ -356,20 +358,19 @@ Prediction predict(const Config& cfg, const Cluster& cl, const Layout& l, Policy
                       ": codecs: no taco speeds; expected codecs.taco with "
                       "encode_GBps and decode_GBps (taco-bench codec --json)");
     const CodecSpeed cs = compress ? cl.codecs.at("taco") : CodecSpeed{};
-    const double enc = cs.encode_GBps * 1e9, dec = cs.decode_GBps * 1e9;
     const int64_t chunk_rows = micro_tokens / t;
     // What p ranks move per rank: the chunk a rank sends in each of its (p - 1) steps.
     const double slot = compress ? wire(chunk_rows) : n / t;
-    const double a = tp_link.latency_us * 1e-6, B = tp_link.bandwidth_GBps * 1e9;
-    const double step_s = a + slot / B;
     // An all-reduce (all-to-all of chunks, sum, all-gather of the sums) and, under SP, the
     // reduce-scatter plus all-gather that replace it move the same slots in as many steps.
-    const double per_collective = 2.0 * (t - 1) * step_s;
-    const double per_wire = 2.0 * (t - 1) * slot;
     // Codec work of a compressed one: encode the message and one's summed chunk, decode the p
     // chunks one sums and the p sums one gathers (native bytes at the measured speeds).
-    double per_codec = compress ? (n + n / t) / enc + 2.0 * n / dec : 0.0;
-    per_codec *= share;
+    const CompressedSeconds compressed = compressed_collective_seconds(
+        CommOp::all_reduce, t, n, slot, slot, {cs.encode_GBps * 1e9, cs.decode_GBps * 1e9},
+        link_model(tp_link));
+    const double per_collective = compress ? compressed.wire_s : t_allreduce(tp_link, t, n);
+    const double per_wire = 2.0 * (t - 1) * slot;
+    const double per_codec = compress ? (compressed.encode_s + compressed.decode_s) * share : 0.0;
     const double ce = t_allreduce(tp_link, t, double(micro_tokens) * 4) * 2;  // row max, sum exp
     tp_s = p.microbatches * (collectives * (per_collective + per_codec) + ce);
     codec_s = p.microbatches * collectives * per_codec;
