@@ -118,6 +118,13 @@ class SectionReader {
       Site site;
       if (!parse_site(name, &site))
         fail(site_key, "unknown site '" + name + "'; expected one of " + site_list(), rule.line);
+      if (!site_is_compressible(site))
+        fail(site_key,
+             name +
+                 " is never compressed (it always takes the backend's own collective); "
+                 "expected one of " +
+                 site_list(),
+             rule.line);
       if (!site_is_per_layer(site) && !p.all_layers)
         fail(site_key,
              name +
@@ -169,6 +176,12 @@ class Legend {
 
 bool is_auto(const CodecOptions& o) {
   return o.group == kAutoGroup && (o.kind == CodecKind::fp8_block || o.kind == CodecKind::taco);
+}
+
+// The policy's tables hold the compressible sites only.
+void check_compressible(Site site) {
+  TACO_CHECK(site_is_compressible(site), std::string("site ") + site_name(site) +
+                                             " is never compressed: the policy has no entry");
 }
 
 constexpr Site kBlockSites[] = {Site::attn_in_fwd,  Site::attn_in_bwd, Site::attn_out_fwd,
@@ -228,7 +241,7 @@ CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_la
     if (auto_spec.empty() && is_auto(fallback.options)) auto_spec = "compression.default";
     return fallback;
   };
-  for (Site site : all_sites()) {
+  for (Site site : compressible_sites()) {
     const int layers = site_is_per_layer(site) ? n_layer : 1;
     for (int l = 0; l < layers; ++l) {
       const int layer = site_is_per_layer(site) ? l : -1;
@@ -245,6 +258,7 @@ CompressionPolicy::CompressionPolicy(const CompressionSection& section, int n_la
 }
 
 CodecOptions& CompressionPolicy::at(int layer, Site site) {
+  check_compressible(site);
   if (!site_is_per_layer(site)) return model_wide_[size_t(site)];
   TACO_CHECK(layer >= 0 && layer < n_layer_,
              std::string("layer ") + std::to_string(layer) + " for site " + site_name(site));
@@ -256,6 +270,7 @@ const CodecOptions& CompressionPolicy::configured(int layer, Site site) const {
 }
 
 bool CompressionPolicy::automatic(int layer, Site site) const {
+  check_compressible(site);
   if (!site_is_per_layer(site)) return model_wide_auto_[size_t(site)];
   TACO_CHECK(layer >= 0 && layer < n_layer_,
              std::string("layer ") + std::to_string(layer) + " for site " + site_name(site));
@@ -263,7 +278,7 @@ bool CompressionPolicy::automatic(int layer, Site site) const {
 }
 
 bool CompressionPolicy::any_automatic() const {
-  for (Site site : all_sites()) {
+  for (Site site : compressible_sites()) {
     for (int l = 0; l < (site_is_per_layer(site) ? n_layer_ : 1); ++l)
       if (automatic(site_is_per_layer(site) ? l : -1, site)) return true;
   }
@@ -282,7 +297,7 @@ CodecOptions CompressionPolicy::resolve(int layer, Site site, int64_t logical_by
 
 std::vector<Site> CompressionPolicy::sites_to_calibrate() const {
   std::vector<Site> out;
-  for (Site site : all_sites()) {
+  for (Site site : compressible_sites()) {
     const int layers = site_is_per_layer(site) ? n_layer_ : 1;
     for (int l = 0; l < layers; ++l) {
       if (is_auto(configured(l, site))) {
@@ -304,6 +319,7 @@ void CompressionPolicy::apply_calibration(Site site, int group, GroupAxis axis) 
       o.axis = axis;
     }
   }
+  ++revision_;
 }
 
 std::string CompressionPolicy::table() const {
@@ -315,7 +331,7 @@ std::string CompressionPolicy::table() const {
     rows.push_back(r);
   }
   std::string model_wide = "model-wide:";
-  for (Site s : all_sites()) {
+  for (Site s : compressible_sites()) {
     if (site_is_per_layer(s)) continue;
     model_wide +=
         std::string(" ") + site_name(s) + " " + legend.symbol(configured(-1, s), automatic(-1, s));

@@ -21,7 +21,8 @@
 // A candidate must be a codec (not none) with a fixed group (group: auto is refused with it).
 //
 // A rule matches a per-layer site (attn.*, mlp.*) when the layer is in its `layers` and the
-// site in its `sites` (empty = every site). Model-wide sites (embed.*, head.in.*, pp.*,
+// site in its `sites` (empty = every compressible site; a never-compressed site such as sp.grad is
+// refused, compression/sites.h). Model-wide sites (embed.*, head.in.*, pp.*,
 // dp.grad) belong to no layer: only rules with layers "all" reach them, and a rule that names
 // one of them with a narrower layer range is rejected.
 //
@@ -99,6 +100,9 @@ class CompressionPolicy {
   std::vector<Site> sites_to_calibrate() const;
   // Replaces group auto at every layer of `site` with the calibrated group and axis.
   void apply_calibration(Site site, int group, GroupAxis axis);
+  // Counts the changes since construction (apply_calibration): a table resolved from this
+  // policy is stale once the revision it was built at differs.
+  int revision() const { return revision_; }
 
   // The effective table, printed by the trainer at start: a legend of the distinct codecs, one
   // line per run of identical layers over the per-layer sites, and the model-wide sites.
@@ -113,6 +117,7 @@ class CompressionPolicy {
   int chunks_;
   double auto_margin_;
   int auto_recheck_steps_;
+  int revision_ = 0;
   // per_layer_[layer][site] for per-layer sites; model_wide_[site] for the others.
   std::vector<std::array<CodecOptions, kNumSites>> per_layer_;
   std::array<CodecOptions, kNumSites> model_wide_;

@@ -56,7 +56,8 @@ struct CompressionSection {
   std::vector<CompressionRule> rules;  // first match wins
 };
 
-// Communication sites (docs/design.md §3), in a fixed order that per-site tables may index.
+// The communication sites a compression rule may name (docs/design.md §3), in a fixed order that
+// per-site tables may index; compression/sites.h adds the sites that are never compressed.
 inline constexpr int kNumSites = 15;
 inline constexpr std::array<std::string_view, kNumSites> kSiteNames = {
     "embed.fwd",    "embed.bwd",   "attn.in.fwd", "attn.in.bwd", "attn.out.fwd",

@@ -158,7 +158,7 @@ SiteStats CompressionStats::total() const {
 
 std::string CompressionStats::to_json() const {
   std::string out = "{";
-  for (Site site : all_sites()) {
+  for (Site site : compressible_sites()) {
     const SiteStats& s = (*this)[site];
     if (s.messages == 0) continue;
     out += std::string("\"") + site_name(site) + "\":" + site_json(s) + ",";

@@ -224,10 +224,7 @@ void Gpt::forward_embedding(SlotActs& s) {
   const Tensor x0 = s.layers.empty() ? s.resid_final : s.layers[0].resid;  // stage input
   const Tensor tok = sp_ ? full_a_ : x0;
   ops::token_embedding_forward(tok, s.tokens, param(wte), N_, C_, vocab_start, wte.valid_rows);
-  if (sp_)
-    tp_->reduce_scatter_to_sp_region_forward(full_a_, x0, N_, "embed.fwd", -1);
-  else
-    tp_->reduce_from_tp_region_forward(x0, N_, "embed.fwd", -1);
+  tp_->row_parallel_output_forward(tok, x0, N_, TpSite::embed, -1);
   add_positions(x0, first_row(), Nr_);
 }
 
@@ -235,13 +232,7 @@ void Gpt::backward_embedding(SlotActs& s) {
   const ParamInfo& wte = layout_.get("wte");
   const int vocab_start = tp_->rank() * V_local_;
   add_position_grads(dresid_, first_row(), Nr_);
-  Tensor dtok = dresid_;
-  if (sp_) {
-    tp_->reduce_scatter_to_sp_region_backward(dresid_, full_a_, N_, "embed.bwd", -1);
-    dtok = full_a_;
-  } else {
-    tp_->reduce_from_tp_region_backward(dresid_, N_, "embed.bwd", -1);
-  }
+  const Tensor dtok = tp_->row_parallel_output_backward(dresid_, full_a_, N_, TpSite::embed, -1);
   ops::token_embedding_backward(grad(wte), dtok, s.tokens, N_, C_, vocab_start, wte.valid_rows);
 }
 
@@ -258,22 +249,14 @@ void Gpt::forward_block(SlotActs& s, int i) {
   // A LayerNorm writes this rank's rows: under SP into shard_, all-gathered into the full input
   // of the column-parallel matmul by spread(); else straight into it.
   auto ln_rows = [&](const Tensor& ln) { return sp_ ? shard_ : ln; };
-  auto spread = [&](const Tensor& ln, const char* site) {
-    if (sp_)
-      tp_->gather_from_sp_region_forward(shard_, ln, N, site, l);
-    else
-      tp_->copy_to_tp_region_forward(ln, N, site, l);
+  auto spread = [&](const Tensor& ln, TpSite site) {
+    tp_->column_parallel_input_forward(shard_, ln, N, site, l);
   };
   // Row-parallel matmul partial sums -> all-reduce (SP: reduce-scatter into full_b_, free in the
   // forward) -> bias. The residual add follows, fused with the next LayerNorm.
-  auto reduce = [&](const Tensor& partial, const std::string& bias, const char* site) {
-    Tensor reduced = partial;
-    if (sp_) {
-      reduced = full_b_.slice(0, size_t(Nr) * C);
-      tp_->reduce_scatter_to_sp_region_forward(partial, reduced, N, site, l);
-    } else {
-      tp_->reduce_from_tp_region_forward(partial, N, site, l);
-    }
+  auto reduce = [&](const Tensor& partial, const std::string& bias, TpSite site) {
+    const Tensor reduced =
+        tp_->row_parallel_output_forward(partial, full_b_.slice(0, size_t(Nr) * C), N, site, l);
     if (!tp1) ops::bias_add(reduced, param(bias), Nr, C);
     return reduced;
   };
@@ -283,23 +266,23 @@ void Gpt::forward_block(SlotActs& s, int i) {
   if (i == 0)
     ops::layernorm_forward(ln_rows(a.ln1), a.ln1_mean, a.ln1_rstd, x, param(h + "ln1_w"),
                            param(h + "ln1_b"), Nr, C);
-  spread(a.ln1, "attn.in.fwd");
+  spread(a.ln1, TpSite::attn_in);
   ops::matmul_forward(a.qkv, a.ln1, param(h + "qkv_w"), param(h + "qkv_b"), N, C, 3 * Cl);
   ops::attention_forward(a.atty, a.att_saved, a.qkv, B_, T_, Cl, NH_local_);
   // With tp > 1 the row-parallel bias joins once, after the partial sums are reduced.
   ops::matmul_forward(full_a_, a.atty, param(h + "proj_w"), tp1 ? param(h + "proj_b") : Tensor{}, N,
                       Cl, C);
-  Tensor r = reduce(full_a_, h + "proj_b", "attn.out.fwd");
+  Tensor r = reduce(full_a_, h + "proj_b", TpSite::attn_out);
   ops::residual_layernorm_forward(a.resid2, ln_rows(a.ln2), a.ln2_mean, a.ln2_rstd, x, r,
                                   param(h + "ln2_w"), param(h + "ln2_b"), Nr, C);
 
   // MLP: x_out = x2 + fc2(gelu(fc(LN2(x2)))).
-  spread(a.ln2, "mlp.in.fwd");
+  spread(a.ln2, TpSite::mlp_in);
   ops::matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, param(h + "fc_w"), param(h + "fc_b"), N, C,
                            4 * Cl);
   ops::matmul_forward(full_a_, a.fch_gelu, param(h + "fc2_w"), tp1 ? param(h + "fc2_b") : Tensor{},
                       N, 4 * Cl, C);
-  r = reduce(full_a_, h + "fc2_b", "mlp.out.fwd");
+  r = reduce(full_a_, h + "fc2_b", TpSite::mlp_out);
   // The next LayerNorm joins this residual add: the next block's LN1, or the head's final one.
   if (!last) {
     LayerActs& n = s.layers[i + 1];
@@ -321,25 +304,14 @@ void Gpt::backward_block(SlotActs& s, int i) {
   const int N = N_, Nr = Nr_, C = C_, Cl = C_local_;
 
   // d(residual) -> the full-row gradient of a row-parallel output (SP: all-gather rows).
-  auto output_grad = [&](const char* site) {
-    if (!sp_) {
-      tp_->reduce_from_tp_region_backward(dresid_, N, site, l);
-      return dresid_;
-    }
-    tp_->reduce_scatter_to_sp_region_backward(dresid_, full_a_, N, site, l);
-    return full_a_;
+  auto output_grad = [&](TpSite site) {
+    return tp_->row_parallel_output_backward(dresid_, full_a_, N, site, l);
   };
   // d(matmul input) partial sums -> all-reduce (SP: reduce-scatter) -> LN backward into dresid;
   // feeder_bias_grad (may be empty) takes the column sums of the updated dresid.
   auto norm_backward = [&](const Tensor& inp, const Tensor& mean, const Tensor& rstd,
-                           const char* ln_name, const char* site, const Tensor& feeder_bias_grad) {
-    Tensor dln = full_b_;
-    if (sp_) {
-      tp_->gather_from_sp_region_backward(full_b_, shard_, N, site, l);
-      dln = shard_;
-    } else {
-      tp_->copy_to_tp_region_backward(full_b_, N, site, l);
-    }
+                           const char* ln_name, TpSite site, const Tensor& feeder_bias_grad) {
+    const Tensor dln = tp_->column_parallel_input_backward(full_b_, shard_, N, site, l);
     ops::layernorm_backward(dresid_, grad(h + ln_name + "_w"), grad(h + ln_name + "_b"), dln, inp,
                             param(h + ln_name + "_w"), mean, rstd, Nr, C, feeder_bias_grad);
   };
@@ -350,16 +322,16 @@ void Gpt::backward_block(SlotActs& s, int i) {
 
   // MLP: dresid = d(x_out) flows unchanged into d(x2) and into the fc2 output. The fc2 bias
   // gradient is summed over every token row, so it is complete on every tp rank.
-  Tensor dout = output_grad("mlp.out.bwd");
+  Tensor dout = output_grad(TpSite::mlp_out);
   ops::matmul_gelu_backward(dfch_, grad(h + "fc2_w"), fc2_bias_done ? Tensor{} : grad(h + "fc2_b"),
                             dout, a.fch_gelu, param(h + "fc2_w"), a.fch, dfch_gelu_, N, 4 * Cl, C);
   ops::matmul_backward(full_b_, grad(h + "fc_w"), grad(h + "fc_b"), dfch_, a.ln2, param(h + "fc_w"),
                        N, C, 4 * Cl);
-  norm_backward(a.resid2, a.ln2_mean, a.ln2_rstd, "ln2", "mlp.in.bwd",
+  norm_backward(a.resid2, a.ln2_mean, a.ln2_rstd, "ln2", TpSite::mlp_in,
                 fused ? grad(h + "proj_b") : Tensor{});
 
   // Attention: dresid = d(x2) flows into d(x) and into the projection output.
-  dout = output_grad("attn.out.bwd");
+  dout = output_grad(TpSite::attn_out);
   ops::matmul_backward(datty_, grad(h + "proj_w"), fused ? Tensor{} : grad(h + "proj_b"), dout,
                        a.atty, param(h + "proj_w"), N, Cl, C);
   ops::attention_backward(dqkv_, datty_, a.qkv, a.atty, a.att_saved, attn_scratch_, B_, T_, Cl,
@@ -368,7 +340,7 @@ void Gpt::backward_block(SlotActs& s, int i) {
                        param(h + "qkv_w"), N, C, 3 * Cl);
   // dresid now enters the previous block's fc2 (on this stage: else the previous stage's own
   // backward sums it).
-  norm_backward(a.resid, a.ln1_mean, a.ln1_rstd, "ln1", "attn.in.bwd",
+  norm_backward(a.resid, a.ln1_mean, a.ln1_rstd, "ln1", TpSite::attn_in,
                 fused && i > 0 ? grad(block(l - 1) + "fc2_b") : Tensor{});
 }
 
@@ -380,10 +352,7 @@ void Gpt::forward_head(SlotActs& s, float dloss) {
   if (s.layers.empty())  // else the last block's residual add did it
     ops::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, s.resid_final, param("lnf_w"),
                            param("lnf_b"), Nr_, C_);
-  if (sp_)
-    tp_->gather_from_sp_region_forward(lnf_, lnf_full_, N_, "head.in.fwd", -1);
-  else
-    tp_->copy_to_tp_region_forward(lnf_, N_, "head.in.fwd", -1);
+  tp_->column_parallel_input_forward(lnf_, lnf_full_, N_, TpSite::head_in, -1);
   ops::matmul_forward(logits_, lnf_full_, param(wte), Tensor{}, N_, C_, V_local_);
   dlogits_owner_ = nullptr;
   if (tp_->size() == 1) {
@@ -426,13 +395,7 @@ void Gpt::backward_head(SlotActs& s, float dloss) {
   }
   ops::matmul_backward(full_b_, grad(wte), Tensor{}, logits_, lnf_full_, param(wte), N_, C_,
                        V_local_);
-  Tensor dlnf = full_b_;
-  if (sp_) {
-    tp_->gather_from_sp_region_backward(full_b_, shard_, N_, "head.in.bwd", -1);
-    dlnf = shard_;
-  } else {
-    tp_->copy_to_tp_region_backward(full_b_, N_, "head.in.bwd", -1);
-  }
+  const Tensor dlnf = tp_->column_parallel_input_backward(full_b_, shard_, N_, TpSite::head_in, -1);
   ops::zero(dresid_);
   // dresid now enters the stage's last block's fc2 (backward_block leaves that bias to us).
   const int last_layer = layout_.spec().layer_end - 1;

@@ -156,7 +156,7 @@ AutoDecision CodecAutotune::decide(const AutoMessage& m, const Codec& candidate)
   double agreed[4] = {d.prediction.compressed.encode_s, d.prediction.compressed.wire_s,
                       d.prediction.compressed.decode_s, d.prediction.native_s};
   {
-    WatchScope watch("all_reduce", "codec.auto", m.layer, comm_);
+    WatchScope watch("all_reduce", Site::codec_auto, m.layer, comm_);
     comm_.all_reduce_values(agreed, 4, ReduceOp::max);
   }
   d.prediction.compressed = {agreed[0], agreed[1], agreed[2]};
@@ -175,7 +175,7 @@ LinkModel CodecAutotune::probe_link(DeviceKind memory, double message_bytes) {
     counts.push_back(std::max<size_t>(1, size_t(bytes) / unit) * unit / 4);
   Scratch buf(memory, counts.back() * 4);
   double times[3];
-  WatchScope watch("all_reduce", "codec.auto.probe", -1, comm_);
+  WatchScope watch("all_reduce", Site::codec_auto_probe, -1, comm_);
   for (size_t i = 0; i < counts.size(); ++i) {
     auto call = [&] {
       comm_.all_reduce(buf.get(), buf.get(), counts[i], DType::f32, ReduceOp::sum, nullptr);

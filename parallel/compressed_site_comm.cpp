@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string_view>
 
 #include "engine/runtime/arena.h"
@@ -19,15 +20,15 @@ double since(Clock::time_point t0) {
 }
 
 // [rows, numel / rows], or flat [1, numel] for rows <= 0.
-MessageShape shape_of(size_t numel, int rows, const char* site) {
+MessageShape shape_of(size_t numel, int rows, Site site) {
   if (rows <= 0) return MessageShape{1, int64_t(numel)};
-  TACO_CHECK(numel % size_t(rows) == 0, std::string("message at ") + site + " of " +
+  TACO_CHECK(numel % size_t(rows) == 0, std::string("message at ") + site_name(site) + " of " +
                                             std::to_string(numel) + " elements is not " +
                                             std::to_string(rows) + " rows");
   return MessageShape{rows, int64_t(numel / size_t(rows))};
 }
 
-WireContext where(const char* site) { return WireContext{site, -1}; }
+WireContext where(Site site) { return WireContext{site_name(site), -1}; }
 
 }  // namespace
 
@@ -90,21 +91,43 @@ CompressedSiteComm::CompressedSiteComm(Communicator& comm, const CompressionPoli
                                        SiteCalibration* calibration)
     : SiteComm(comm), policy_(policy), calibration_(calibration), collectives_(comm) {}
 
-const Codec* CompressedSiteComm::codec_for(const char* site, int layer, CommOp op, const Tensor& t,
+void CompressedSiteComm::build_codec_table() {
+  const int n_layer = policy_.n_layer();
+  codec_table_.assign(size_t(n_layer + 1) * kNumSites, TableEntry{});
+  for (Site site : compressible_sites()) {
+    const bool per_layer = site_is_per_layer(site);
+    for (int l = per_layer ? 0 : -1; l < (per_layer ? n_layer : 0); ++l) {
+      // What a message at or above min_bytes gets (codec_for checks the size).
+      const CodecOptions options =
+          canonical(policy_.resolve(l, site, std::numeric_limits<int64_t>::max()));
+      if (options.kind == CodecKind::none) continue;
+      const Codec* codec = nullptr;
+      for (const auto& c : codecs_)
+        if (c->options() == options) codec = c.get();
+      if (!codec) {
+        codecs_.push_back(make_codec(options));
+        codec = codecs_.back().get();
+      }
+      codec_table_[size_t(l + 1) * kNumSites + size_t(site)] = {codec, policy_.automatic(l, site)};
+    }
+  }
+  table_revision_ = policy_.revision();
+}
+
+const Codec* CompressedSiteComm::codec_for(Site site, int layer, CommOp op, const Tensor& t,
                                            int rows) {
-  if (size() == 1) return nullptr;
-  Site s;
-  if (!parse_site(site, &s)) return nullptr;
-  layer = site_is_per_layer(s) ? layer : -1;
-  const CodecOptions options = canonical(policy_.resolve(layer, s, int64_t(t.bytes())));
-  if (options.kind == CodecKind::none) return nullptr;
-  const Codec* codec = nullptr;
-  for (const auto& c : codecs_)
-    if (c->options() == options) codec = c.get();
-  if (!codec) codec = codecs_.emplace_back(make_codec(options)).get();
-  if (policy_.automatic(layer, s) && !auto_compresses(s, layer, op, t, rows, *codec))
+  if (size() == 1 || !site_is_compressible(site) || int64_t(t.bytes()) < policy_.min_bytes())
     return nullptr;
-  return codec;
+  if (table_revision_ != policy_.revision()) build_codec_table();
+  if (site_is_per_layer(site))
+    TACO_CHECK(layer >= 0 && layer < policy_.n_layer(),
+               std::string("layer ") + std::to_string(layer) + " for site " + site_name(site));
+  else
+    layer = -1;
+  const TableEntry& e = codec_table_[size_t(layer + 1) * kNumSites + size_t(site)];
+  if (e.codec && e.automatic && !auto_compresses(site, layer, op, t, rows, *e.codec))
+    return nullptr;
+  return e.codec;
 }
 
 bool CompressedSiteComm::auto_compresses(Site site, int layer, CommOp op, const Tensor& t, int rows,
@@ -113,7 +136,7 @@ bool CompressedSiteComm::auto_compresses(Site site, int layer, CommOp op, const 
   // The path on_device() would take, without making its collectives.
   const bool device_codec = t.device != DeviceKind::cpu && candidate.has_device_path() &&
                             std::string_view(communicator().backend()) != "mpi";
-  const AutoMessage m{site,     layer,       op, t.dtype, shape_of(t.numel, rows, site_name(site)),
+  const AutoMessage m{site,     layer,       op, t.dtype, shape_of(t.numel, rows, site),
                       t.device, device_codec};
   return autotune_->compress(m, candidate);
 }
@@ -141,19 +164,16 @@ void CompressedSiteComm::write_back(const Tensor& t, const std::vector<uint8_t>&
     device_copy(t.data, stage.data(), t.bytes(), t.device, DeviceKind::cpu);
 }
 
-void CompressedSiteComm::observe(const char* site, const void* x, DType dtype, MessageShape shape) {
-  Site s;
-  if (calibration_ && calibration_->active() && parse_site(site, &s))
-    calibration_->observe(s, x, dtype, shape);
+void CompressedSiteComm::observe(Site site, const void* x, DType dtype, MessageShape shape) {
+  if (calibration_ && calibration_->active()) calibration_->observe(site, x, dtype, shape);
 }
 
-void CompressedSiteComm::observe_device(const char* site, const Tensor& t, MessageShape shape) {
-  Site s;
-  if (calibration_ && calibration_->active() && parse_site(site, &s))
-    calibration_->observe(s, host(t, stage_in_, true), t.dtype, shape);
+void CompressedSiteComm::observe_device(Site site, const Tensor& t, MessageShape shape) {
+  if (calibration_ && calibration_->active())
+    calibration_->observe(site, host(t, stage_in_, true), t.dtype, shape);
 }
 
-void CompressedSiteComm::record(const char* site, CommOp native, size_t logical,
+void CompressedSiteComm::record(Site site, CommOp native, size_t logical,
                                 const CompressedCall& call, double seconds) {
   SiteCommStats& s = account(site, logical, call.wire_bytes, seconds);
   s.compressed_calls += 1;
@@ -168,7 +188,7 @@ void CompressedSiteComm::record(const char* site, CommOp native, size_t logical,
   }
 }
 
-void CompressedSiteComm::all_reduce(const Tensor& x, int rows, const char* site, int layer) {
+void CompressedSiteComm::all_reduce(const Tensor& x, int rows, Site site, int layer) {
   WatchScope watch("all_reduce", site, layer, comm_);
   const Codec* codec = codec_for(site, layer, CommOp::all_reduce, x, rows);
   if (!codec) return SiteComm::all_reduce(x, rows, site, layer);
@@ -187,13 +207,14 @@ void CompressedSiteComm::all_reduce(const Tensor& x, int rows, const char* site,
   record(site, CommOp::all_reduce, x.bytes(), call, since(t0));
 }
 
-void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows,
-                                        const char* site, int layer) {
+void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows, Site site,
+                                        int layer) {
   WatchScope watch("reduce_scatter", site, layer, comm_);
   const Codec* codec = codec_for(site, layer, CommOp::reduce_scatter, in, rows);
   if (!codec) return SiteComm::reduce_scatter(in, out, rows, site, layer);
-  TACO_CHECK(in.dtype == out.dtype && out.numel * size_t(size()) == in.numel,
-             std::string("reduce_scatter at ") + site + ": output is not 1/size of the input");
+  TACO_CHECK(
+      in.dtype == out.dtype && out.numel * size_t(size()) == in.numel,
+      std::string("reduce_scatter at ") + site_name(site) + ": output is not 1/size of the input");
   const auto t0 = Clock::now();
   const MessageShape full = shape_of(in.numel, rows, site);
   CompressedCall call;
@@ -211,13 +232,14 @@ void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int
   record(site, CommOp::reduce_scatter, in.bytes(), call, since(t0));
 }
 
-void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
+void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, Site site,
                                     int layer) {
   WatchScope watch("all_gather", site, layer, comm_);
   const Codec* codec = codec_for(site, layer, CommOp::all_gather, out, rows);
   if (!codec) return SiteComm::all_gather(in, out, rows, site, layer);
-  TACO_CHECK(in.dtype == out.dtype && in.numel * size_t(size()) == out.numel,
-             std::string("all_gather at ") + site + ": input is not 1/size of the output");
+  TACO_CHECK(
+      in.dtype == out.dtype && in.numel * size_t(size()) == out.numel,
+      std::string("all_gather at ") + site_name(site) + ": input is not 1/size of the output");
   const auto t0 = Clock::now();
   const MessageShape full = shape_of(out.numel, rows, site);
   const MessageShape shard{full.rows == 1 ? 1 : full.rows / size(),
@@ -237,7 +259,7 @@ void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int row
   record(site, CommOp::all_gather, out.bytes(), call, since(t0));
 }
 
-void CompressedSiteComm::send(const Tensor& x, int peer, const char* site, int layer) {
+void CompressedSiteComm::send(const Tensor& x, int peer, Site site, int layer) {
   WatchScope watch("send", site, layer, comm_, peer);
   const Codec* codec = codec_for(site, layer, CommOp::send, x, 0);
   if (!codec) return SiteComm::send(x, peer, site, layer);
@@ -255,7 +277,7 @@ void CompressedSiteComm::send(const Tensor& x, int peer, const char* site, int l
   record(site, CommOp::send, x.bytes(), call, since(t0));
 }
 
-void CompressedSiteComm::recv(const Tensor& x, int peer, const char* site, int layer) {
+void CompressedSiteComm::recv(const Tensor& x, int peer, Site site, int layer) {
   WatchScope watch("recv", site, layer, comm_, peer);
   const Codec* codec = codec_for(site, layer, CommOp::recv, x, 0);
   if (!codec) return SiteComm::recv(x, peer, site, layer);
@@ -272,8 +294,8 @@ void CompressedSiteComm::recv(const Tensor& x, int peer, const char* site, int l
   record(site, CommOp::recv, x.bytes(), call, since(t0));
 }
 
-void CompressedSiteComm::send_recv(const Tensor& out, int dst, const char* out_site,
-                                   const Tensor& in, int src, const char* in_site) {
+void CompressedSiteComm::send_recv(const Tensor& out, int dst, Site out_site, const Tensor& in,
+                                   int src, Site in_site) {
   WatchScope watch("send_recv", out_site, -1, comm_, dst, src);
   const Codec* out_codec = codec_for(out_site, -1, CommOp::send, out, 0);
   const Codec* in_codec = codec_for(in_site, -1, CommOp::recv, in, 0);

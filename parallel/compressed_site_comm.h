@@ -1,8 +1,11 @@
 // A SiteComm that compresses the sites its CompressionPolicy names (docs/design.md §3, §5).
 //
-// Every call asks the policy for (layer, site, logical bytes). Codec none, a site the policy does
-// not know (sp.grad, tied.grad), or a group of one: the backend's native collective, exactly as
-// SiteComm does it. Otherwise the compressed collective of parallel/compressed_collectives.h.
+// The codec of each (layer, site) is resolved from the policy once, into a table, and again when
+// the policy changes (calibration of group auto); a call looks its codec up there. A message
+// under the policy's min_bytes, codec none, a site that is never compressed (sp.grad,
+// tied.grad, ...), a codec: auto site whose CodecAutotune predicts no gain for the message, or a
+// group of one: the backend's native collective, exactly as SiteComm does it. Otherwise the
+// compressed collective of parallel/compressed_collectives.h.
 // Messages are [rows, cols] as SiteComm's calls pass them (rows = 0: flat, [1, numel]); p2p sends
 // carry no rows and travel flat.
 //
@@ -64,20 +67,20 @@ class CompressedSiteComm : public SiteComm {
   // codec: auto's decisions on this group (parallel/codec_autotune.h); null before its first.
   CodecAutotune* autotune() const { return autotune_.get(); }
 
-  void all_reduce(const Tensor& x, int rows, const char* site, int layer) override;
-  void reduce_scatter(const Tensor& in, const Tensor& out, int rows, const char* site,
-                      int layer) override;
-  void all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
-                  int layer) override;
-  void send(const Tensor& x, int peer, const char* site, int layer) override;
-  void recv(const Tensor& x, int peer, const char* site, int layer) override;
-  void send_recv(const Tensor& out, int dst, const char* out_site, const Tensor& in, int src,
-                 const char* in_site) override;
+  void all_reduce(const Tensor& x, int rows, Site site, int layer) override;
+  void reduce_scatter(const Tensor& in, const Tensor& out, int rows, Site site, int layer) override;
+  void all_gather(const Tensor& in, const Tensor& out, int rows, Site site, int layer) override;
+  void send(const Tensor& x, int peer, Site site, int layer) override;
+  void recv(const Tensor& x, int peer, Site site, int layer) override;
+  void send_recv(const Tensor& out, int dst, Site out_site, const Tensor& in, int src,
+                 Site in_site) override;
 
  private:
   // The codec for the message `t` of `op` at (site, layer) ([rows, cols] as the call passes
   // them), or nullptr for the native path.
-  const Codec* codec_for(const char* site, int layer, CommOp op, const Tensor& t, int rows);
+  const Codec* codec_for(Site site, int layer, CommOp op, const Tensor& t, int rows);
+  // Resolves codec_table_ from the policy as it is now.
+  void build_codec_table();
   // codec: auto at (site, layer): whether `t` goes through `candidate`.
   bool auto_compresses(Site site, int layer, CommOp op, const Tensor& t, int rows,
                        const Codec& candidate);
@@ -87,19 +90,27 @@ class CompressedSiteComm : public SiteComm {
   // sizes it only); write_back copies a staged result to the device.
   void* host(const Tensor& t, std::vector<uint8_t>& stage, bool copy);
   void write_back(const Tensor& t, const std::vector<uint8_t>& stage);
-  void observe(const char* site, const void* x, DType dtype, MessageShape shape);
+  void observe(Site site, const void* x, DType dtype, MessageShape shape);
   // observe for a message in device memory: a host copy, only while calibration wants one.
-  void observe_device(const char* site, const Tensor& t, MessageShape shape);
-  void record(const char* site, CommOp native, size_t logical, const CompressedCall& call,
-              double seconds);
+  void observe_device(Site site, const Tensor& t, MessageShape shape);
+  void record(Site site, CommOp native, size_t logical, const CompressedCall& call, double seconds);
 
   const CompressionPolicy& policy_;
   SiteCalibration* calibration_;
   CompressedCollectives collectives_;
   std::unique_ptr<DeviceCompressedCollectives> device_collectives_;  // made on first use
   std::unique_ptr<CodecAutotune> autotune_;                          // made on first use
-  std::vector<std::unique_ptr<Codec>> codecs_;  // one per distinct option set, built on first use
-  std::vector<uint8_t> stage_in_, stage_out_;   // host copies of device tensors
+  std::vector<std::unique_ptr<Codec>> codecs_;                       // one per distinct option set
+  // The policy resolved per (layer, site): the codec (nullptr for none) and whether codec: auto
+  // only proposes it. codec_table_[row * kNumSites + site]: row 0 for model-wide sites, 1 + layer
+  // for per-layer ones. Built at the policy's revision table_revision_ (-1: not yet).
+  struct TableEntry {
+    const Codec* codec = nullptr;
+    bool automatic = false;
+  };
+  std::vector<TableEntry> codec_table_;
+  int table_revision_ = -1;
+  std::vector<uint8_t> stage_in_, stage_out_;  // host copies of device tensors
   bool measure_ = false;
 };
 

@@ -25,17 +25,17 @@ void GradSync::bind(const Arena& arena) {
 
 void GradSync::reduce(const std::vector<PartialGrad>& sp, const Tensor& tied, const Tensor& grads,
                       const Tensor& grads_padded) {
-  for (const PartialGrad& g : sp) groups_.tp->all_reduce(g.grad, g.rows, "sp.grad", g.layer);
-  if (groups_.embedding) groups_.embedding->all_reduce(tied, 0, "tied.grad", -1);
+  for (const PartialGrad& g : sp) groups_.tp->all_reduce(g.grad, g.rows, Site::sp_grad, g.layer);
+  if (groups_.embedding) groups_.embedding->all_reduce(tied, 0, Site::tied_grad, -1);
   if (!zero_) {
-    groups_.dp->all_reduce(grads, 0, "dp.grad", -1);
+    groups_.dp->all_reduce(grads, 0, Site::dp_grad, -1);
     return;
   }
   // ZeRO-1: the padded buffer splits into one equal slot per dp rank; this rank receives the
   // sum of its own and copies its real elements back into place for the optimizer.
   TACO_CHECK(grads_padded.numel == shard_.padded_total() && grads.numel == shard_.total(),
              "GradSync: the gradient buffers are not the shard's");
-  groups_.dp->reduce_scatter(grads_padded, grad_shard_, shard_.ranks(), "dp.grad", -1);
+  groups_.dp->reduce_scatter(grads_padded, grad_shard_, shard_.ranks(), Site::dp_grad, -1);
   const Tensor dst = grads.slice(shard_.begin(), shard_.size());
   const Tensor src = grad_shard_.slice(0, shard_.size());
   TACO_CHECK(dst.bytes() == src.bytes(), "GradSync: shard copy size mismatch");
@@ -43,7 +43,7 @@ void GradSync::reduce(const std::vector<PartialGrad>& sp, const Tensor& tied, co
 }
 
 double GradSync::norm(double local_sumsq) const {
-  return std::sqrt(sum_over(zero_ ? *groups_.world : *groups_.model, local_sumsq, "grad norm"));
+  return std::sqrt(sum_over(zero_ ? *groups_.world : *groups_.model, local_sumsq, Site::grad_norm));
 }
 
 void GradSync::gather_params(const Tensor& params_padded) {
@@ -51,7 +51,7 @@ void GradSync::gather_params(const Tensor& params_padded) {
   TACO_CHECK(params_padded.numel == shard_.padded_total(),
              "GradSync: the parameter buffer is not the shard's");
   groups_.dp->all_gather(params_padded.slice(shard_.slot_offset(), shard_.slot()), params_padded,
-                         shard_.ranks(), "dp.param", -1);
+                         shard_.ranks(), Site::dp_param, -1);
 }
 
 }  // namespace taco

@@ -10,8 +10,9 @@
 //              (all_reduce), or, under ZeRO-1, reduce-scattered so each dp rank receives the sum
 //              of its ZeroShard only (parallel/zero_shard.h) and updates only that;
 //   dp.param   ZeRO-1's all-gather of the updated shards into every replica's parameters.
-// All of them go through the groups' site doors (SiteComm: compression rules on these sites
-// apply, per-site stats are counted, calls are watched). The gradient norm for clipping is
+// All of them go through the groups' site doors (SiteComm: per-site stats are counted, calls are
+// watched); dp.grad takes its compression rules there, the other three are never compressed
+// (compression/sites.h). The gradient norm for clipping is
 // the cross-rank sum of every rank's sum of squares: over the world under ZeRO-1 (shards are
 // disjoint over dp), over one model replica (tp x pp) otherwise (dp replicas hold the same sum).
 //
@@ -27,8 +28,8 @@
 
 namespace taco {
 
-// A gradient the tp group holds partial sums of: `rows` for the site's message shape, `layer`
-// for the per-layer compression rules and accounting (-1: none).
+// A gradient the tp group holds partial sums of (site sp.grad): `rows` for the message shape,
+// `layer` for the per-layer accounting (-1: none).
 struct PartialGrad {
   Tensor grad;
   int rows = 0;

@@ -6,20 +6,20 @@
 
 namespace taco {
 
-double sum_over(Communicator& group, double x, const char* site) {
+double sum_over(Communicator& group, double x, Site site) {
   WatchScope watch("all_reduce", site, -1, group);
   group.all_reduce_values(&x, 1, ReduceOp::sum);
   return x;
 }
 
-int max_over(Communicator& group, int x, const char* site) {
+int max_over(Communicator& group, int x, Site site) {
   double v = x;
   WatchScope watch("all_reduce", site, -1, group);
   group.all_reduce_values(&v, 1, ReduceOp::max);
   return int(v);
 }
 
-bool agree(Communicator& group, bool ok, std::string* message, const char* site) {
+bool agree(Communicator& group, bool ok, std::string* message, Site site) {
   // The lowest failing rank as the largest -rank (the values reduce by sum or max only); a rank
   // that went well offers less than any rank can.
   const int rank = group.rank();
@@ -30,8 +30,7 @@ bool agree(Communicator& group, bool ok, std::string* message, const char* site)
   return false;
 }
 
-std::string broadcast_string(Communicator& group, const std::string& s, int root,
-                             const char* site) {
+std::string broadcast_string(Communicator& group, const std::string& s, int root, Site site) {
   WatchScope watch("broadcast", site, -1, group, root);
   uint64_t len = s.size();
   group.broadcast(&len, sizeof len, DType::u8, root, nullptr);

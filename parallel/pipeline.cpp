@@ -14,24 +14,24 @@ struct Links {
   bool first() const { return stage == 0; }
   bool last() const { return stage == stages - 1; }
   void recv_forward(const Tensor& x) const {
-    if (!first()) pp->recv(x, stage - 1, "pp.act", -1);
+    if (!first()) pp->recv(x, stage - 1, Site::pp_act, -1);
   }
   void send_forward(const Tensor& x) const {
-    if (!last()) pp->send(x, stage + 1, "pp.act", -1);
+    if (!last()) pp->send(x, stage + 1, Site::pp_act, -1);
   }
   void recv_backward(const Tensor& g) const {
-    if (!last()) pp->recv(g, stage + 1, "pp.grad", -1);
+    if (!last()) pp->recv(g, stage + 1, Site::pp_grad, -1);
   }
   void send_backward(const Tensor& g) const {
-    if (!first()) pp->send(g, stage - 1, "pp.grad", -1);
+    if (!first()) pp->send(g, stage - 1, Site::pp_grad, -1);
   }
   // Send an activation forward and receive a gradient from the same next stage.
   void send_forward_recv_backward(const Tensor& act, const Tensor& grad) const {
-    if (!last()) pp->send_recv(act, stage + 1, "pp.act", grad, stage + 1, "pp.grad");
+    if (!last()) pp->send_recv(act, stage + 1, Site::pp_act, grad, stage + 1, Site::pp_grad);
   }
   // Send a gradient back and receive the next activation from the same previous stage.
   void send_backward_recv_forward(const Tensor& grad, const Tensor& act) const {
-    if (!first()) pp->send_recv(grad, stage - 1, "pp.grad", act, stage - 1, "pp.act");
+    if (!first()) pp->send_recv(grad, stage - 1, Site::pp_grad, act, stage - 1, Site::pp_act);
   }
 };
 

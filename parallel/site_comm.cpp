@@ -37,7 +37,24 @@ SiteCommStats& SiteCommStats::operator+=(const SiteCommStats& o) {
   return *this;
 }
 
-SiteCommStats& SiteComm::account(const char* site, size_t logical, size_t wire, double seconds) {
+bool SiteStatsTable::empty() const {
+  for (const SiteCommStats& s : sites_)
+    if (s.calls > 0) return false;
+  return true;
+}
+
+SiteCommStats SiteStatsTable::total() const {
+  SiteCommStats t;
+  for (Site site : sites_by_name()) t += (*this)[site];
+  return t;
+}
+
+SiteStatsTable& SiteStatsTable::operator+=(const SiteStatsTable& o) {
+  for (size_t i = 0; i < sites_.size(); ++i) sites_[i] += o.sites_[i];
+  return *this;
+}
+
+SiteCommStats& SiteComm::account(Site site, size_t logical, size_t wire, double seconds) {
   SiteCommStats& s = stats_[site];
   s.calls += 1;
   s.logical_bytes += int64_t(logical);
@@ -46,13 +63,7 @@ SiteCommStats& SiteComm::account(const char* site, size_t logical, size_t wire, 
   return s;
 }
 
-SiteCommStats SiteComm::total() const {
-  SiteCommStats t;
-  for (const auto& [name, s] : stats_) t += s;
-  return t;
-}
-
-void SiteComm::all_reduce(const Tensor& x, int /*rows*/, const char* site, int layer) {
+void SiteComm::all_reduce(const Tensor& x, int /*rows*/, Site site, int layer) {
   if (size() == 1) return;
   auto t0 = Clock::now();
   WatchScope watch("all_reduce", site, layer, comm_);
@@ -61,10 +72,9 @@ void SiteComm::all_reduce(const Tensor& x, int /*rows*/, const char* site, int l
   account(site, x.bytes(), bytes_sent_estimate(CommOp::all_reduce, x.bytes(), size()), since(t0));
 }
 
-void SiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows, const char* site,
-                              int layer) {
+void SiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows, Site site, int layer) {
   TACO_CHECK(rows % size() == 0 && out.numel * size() == in.numel,
-             std::string("reduce_scatter at ") + site + ": rows do not split evenly");
+             std::string("reduce_scatter at ") + site_name(site) + ": rows do not split evenly");
   auto t0 = Clock::now();
   WatchScope watch("reduce_scatter", site, layer, comm_);
   fault_point("comm");
@@ -77,10 +87,9 @@ void SiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows, con
           since(t0));
 }
 
-void SiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
-                          int layer) {
+void SiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, Site site, int layer) {
   TACO_CHECK(rows % size() == 0 && in.numel * size() == out.numel,
-             std::string("all_gather at ") + site + ": rows do not split evenly");
+             std::string("all_gather at ") + site_name(site) + ": rows do not split evenly");
   auto t0 = Clock::now();
   WatchScope watch("all_gather", site, layer, comm_);
   fault_point("comm");
@@ -89,7 +98,7 @@ void SiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, const c
           since(t0));
 }
 
-void SiteComm::send(const Tensor& x, int peer, const char* site, int layer) {
+void SiteComm::send(const Tensor& x, int peer, Site site, int layer) {
   auto t0 = Clock::now();
   WatchScope watch("send", site, layer, comm_, peer);
   fault_point("comm");
@@ -97,7 +106,7 @@ void SiteComm::send(const Tensor& x, int peer, const char* site, int layer) {
   account(site, x.bytes(), x.bytes(), since(t0));
 }
 
-void SiteComm::recv(const Tensor& x, int peer, const char* site, int layer) {
+void SiteComm::recv(const Tensor& x, int peer, Site site, int layer) {
   auto t0 = Clock::now();
   WatchScope watch("recv", site, layer, comm_, peer);
   fault_point("comm");
@@ -105,8 +114,8 @@ void SiteComm::recv(const Tensor& x, int peer, const char* site, int layer) {
   account(site, x.bytes(), 0, since(t0));
 }
 
-void SiteComm::send_recv(const Tensor& out, int dst, const char* out_site, const Tensor& in,
-                         int src, const char* in_site) {
+void SiteComm::send_recv(const Tensor& out, int dst, Site out_site, const Tensor& in, int src,
+                         Site in_site) {
   TACO_CHECK(out.dtype == in.dtype, "send_recv with two dtypes");
   auto t0 = Clock::now();
   WatchScope watch("send_recv", out_site, -1, comm_, dst, src);
@@ -117,9 +126,9 @@ void SiteComm::send_recv(const Tensor& out, int dst, const char* out_site, const
   account(in_site, in.bytes(), 0, seconds / 2);
 }
 
-void SiteComm::all_reduce_exact(const Tensor& x, ReduceOp op) {
+void SiteComm::all_reduce_exact(const Tensor& x, ReduceOp op, Site site) {
   if (size() == 1) return;
-  WatchScope watch("all_reduce", "exact", -1, comm_);
+  WatchScope watch("all_reduce", site, -1, comm_);
   fault_point("comm");
   comm_.all_reduce(x.data, x.data, x.numel, x.dtype, op, nullptr);
 }

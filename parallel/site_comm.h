@@ -1,16 +1,16 @@
 // The one door every collective of a training step goes through (docs/design.md §3): each call
-// names its site ("attn.out.fwd", "dp.grad", ...) and layer, is routed to the group's
-// communicator's native collective, and is accounted per site: calls, logical bytes, bytes on the
-// wire, seconds. CompressedSiteComm (parallel/compressed_site_comm.h) overrides the calls to send
-// the sites its compression policy names through their codecs.
+// names its Site (compression/sites.h: Site::attn_out_fwd, Site::dp_grad, ...) and layer, is
+// routed to the group's communicator's native collective, and is accounted per site: calls,
+// logical bytes, bytes on the wire, seconds. CompressedSiteComm (parallel/compressed_site_comm.h)
+// overrides the calls to send the sites its compression policy names through their codecs.
 //
 // Tensors are [rows, cols] row-major; chunked collectives split rows evenly over the group
 // (sequence parallelism splits the token rows).
 #pragma once
 
-#include <map>
-#include <string>
+#include <array>
 
+#include "compression/sites.h"
 #include "engine/runtime/tensor.h"
 #include "parallel/communicator.h"
 
@@ -37,6 +37,20 @@ struct SiteCommStats {
   SiteCommStats& operator+=(const SiteCommStats& o);
 };
 
+// SiteCommStats per site, indexed by Site; a site without calls holds zeros.
+class SiteStatsTable {
+ public:
+  SiteCommStats& operator[](Site site) { return sites_[size_t(site)]; }
+  const SiteCommStats& operator[](Site site) const { return sites_[size_t(site)]; }
+  bool empty() const;           // no site has calls
+  SiteCommStats total() const;  // every site's counters, summed in name order
+  SiteStatsTable& operator+=(const SiteStatsTable& o);
+  void clear() { sites_ = {}; }
+
+ private:
+  std::array<SiteCommStats, kNumAllSites> sites_{};
+};
+
 class SiteComm {
  public:
   explicit SiteComm(Communicator& comm) : comm_(comm) {}
@@ -47,31 +61,30 @@ class SiteComm {
   Communicator& communicator() const { return comm_; }
 
   // x [rows, cols] summed over the group, in place.
-  virtual void all_reduce(const Tensor& x, int rows, const char* site, int layer);
+  virtual void all_reduce(const Tensor& x, int rows, Site site, int layer);
   // in [rows, cols] summed over the group; out [rows / size, cols] gets this rank's rows.
-  virtual void reduce_scatter(const Tensor& in, const Tensor& out, int rows, const char* site,
-                              int layer);
+  virtual void reduce_scatter(const Tensor& in, const Tensor& out, int rows, Site site, int layer);
   // in [rows / size, cols] from every rank; out [rows, cols] in rank order.
-  virtual void all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
-                          int layer);
+  virtual void all_gather(const Tensor& in, const Tensor& out, int rows, Site site, int layer);
   // Point to point within the group (pipeline sites).
-  virtual void send(const Tensor& x, int peer, const char* site, int layer);
-  virtual void recv(const Tensor& x, int peer, const char* site, int layer);
+  virtual void send(const Tensor& x, int peer, Site site, int layer);
+  virtual void recv(const Tensor& x, int peer, Site site, int layer);
   // Sends `out` to `dst` and receives `in` from `src` in one exchange (no ordering deadlock).
-  virtual void send_recv(const Tensor& out, int dst, const char* out_site, const Tensor& in,
-                         int src, const char* in_site);
+  virtual void send_recv(const Tensor& out, int dst, Site out_site, const Tensor& in, int src,
+                         Site in_site);
 
-  // Small exact reductions that are never compressed (cross-entropy statistics, loss sums).
-  void all_reduce_exact(const Tensor& x, ReduceOp op);
+  // Small exact reductions that are never compressed nor accounted (the cross-entropy's
+  // statistics); `site` names the call for the watchdog.
+  void all_reduce_exact(const Tensor& x, ReduceOp op, Site site);
 
-  const std::map<std::string, SiteCommStats>& stats() const { return stats_; }
-  SiteCommStats total() const;
-  void reset_stats() { stats_.clear(); }
+  const SiteStatsTable& stats() const { return stats_; }
+  SiteCommStats total() const { return stats_.total(); }
+  virtual void reset_stats() { stats_.clear(); }
 
  protected:
-  SiteCommStats& account(const char* site, size_t logical, size_t wire, double seconds);
+  SiteCommStats& account(Site site, size_t logical, size_t wire, double seconds);
   Communicator& comm_;
-  std::map<std::string, SiteCommStats> stats_;
+  SiteStatsTable stats_;
 };
 
 }  // namespace taco

@@ -25,7 +25,8 @@ struct OpenCall {
   bool open = false;
   Clock::time_point since;
   const char* op = "";
-  std::string site, group;
+  Site site = Site::startup;
+  std::string group;
   int layer = -1;
   int group_rank = 0, group_size = 1;
   int peers[2] = {kNoPeer, kNoPeer};
@@ -97,7 +98,7 @@ std::string peer_text(const OpenCall& c) {
   const OpenCall& c = s.call;
   char head[160];
   std::snprintf(head, sizeof head, "taco: rank %d: watchdog: %.0f s inside ", s.world_rank, open_s);
-  std::string line = std::string(head) + c.op + " at site " + c.site;
+  std::string line = std::string(head) + c.op + " at site " + site_name(c.site);
   if (c.layer >= 0) line += " (layer " + std::to_string(c.layer) + ")";
   line += " of group " + c.group + " (group rank " + std::to_string(c.group_rank) + " of " +
           std::to_string(c.group_size) + "), waiting on " + peer_text(c) +
@@ -125,8 +126,8 @@ void watch_loop() {
 }
 
 // Opens the outermost scope; returns false where it is nested or the watchdog is off.
-bool open_call(const char* op, const char* site, int layer, const std::string& group,
-               int group_rank, int group_size, MPI_Comm comm, int peer, int second_peer) {
+bool open_call(const char* op, Site site, int layer, const std::string& group, int group_rank,
+               int group_size, MPI_Comm comm, int peer, int second_peer) {
   if (t_depth++ > 0 || !g_enabled.load(std::memory_order_relaxed)) return false;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -134,7 +135,7 @@ bool open_call(const char* op, const char* site, int layer, const std::string& g
   c.open = true;
   c.since = Clock::now();
   c.op = op;
-  c.site = site ? site : "";
+  c.site = site;
   c.layer = layer;
   c.group = group;
   c.group_rank = group_rank;
@@ -176,8 +177,8 @@ double watchdog_open_seconds() {
   return std::chrono::duration<double>(Clock::now() - s.call.since).count();
 }
 
-WatchScope::WatchScope(const char* op, const char* site, int layer, const Communicator& group,
-                       int peer, int second_peer) {
+WatchScope::WatchScope(const char* op, Site site, int layer, const Communicator& group, int peer,
+                       int second_peer) {
   // Nested or disabled: one load and a branch, before anything else is looked at.
   const bool watched = t_depth == 0 && g_enabled.load(std::memory_order_relaxed);
   const auto* mpi = watched ? dynamic_cast<const MpiCommunicator*>(&group) : nullptr;
@@ -185,8 +186,8 @@ WatchScope::WatchScope(const char* op, const char* site, int layer, const Commun
                      mpi ? mpi->comm() : MPI_COMM_NULL, peer, second_peer);
 }
 
-WatchScope::WatchScope(const char* op, const char* site, int layer, MPI_Comm group,
-                       const char* group_name, int peer, int second_peer) {
+WatchScope::WatchScope(const char* op, Site site, int layer, MPI_Comm group, const char* group_name,
+                       int peer, int second_peer) {
   int rank = 0, size = 1;
   if (g_enabled.load(std::memory_order_relaxed) && t_depth == 0) {
     MPI_Comm_rank(group, &rank);
@@ -195,7 +196,7 @@ WatchScope::WatchScope(const char* op, const char* site, int layer, MPI_Comm gro
   armed_ = open_call(op, site, layer, group_name, rank, size, group, peer, second_peer);
 }
 
-WatchScope::WatchScope(const char* op, const char* site, int world_rank, int world_size) {
+WatchScope::WatchScope(const char* op, Site site, int world_rank, int world_size) {
   armed_ =
       open_call(op, site, -1, "world", world_rank, world_size, MPI_COMM_NULL, kNoPeer, kNoPeer);
 }

@@ -17,9 +17,10 @@
 // of a thread is the one watched.
 //
 // Use: one line before the blocking call,
-//   WatchScope watch("all_reduce", site, layer, comm);            // a collective over `comm`
-//   WatchScope watch("send", site, layer, comm, peer);            // point to point (group rank)
-//   WatchScope watch("all_reduce", "loss", -1, mpi_comm, "world"); // a raw MPI call
+//   WatchScope watch("all_reduce", site, layer, comm);                  // a collective over `comm`
+//   WatchScope watch("send", site, layer, comm, peer);                  // point to point (group
+//   rank) WatchScope watch("barrier", Site::startup, -1, mpi_comm, "world");  // a raw MPI call
+// The line names the site as site_name() writes it (compression/sites.h).
 // Cost: one uncontended mutex and a few stores per call (~0.1 us), nothing while disabled.
 #pragma once
 
@@ -28,6 +29,7 @@
 #include <string>
 #include <utility>
 
+#include "compression/sites.h"
 #include "parallel/communicator.h"
 
 namespace taco {
@@ -52,14 +54,14 @@ class WatchScope {
  public:
   // A call of `op` ("all_reduce", "recv", ...) at `site` (layer -1: none) over `group`;
   // peers are group ranks (kNoPeer: all other ranks).
-  WatchScope(const char* op, const char* site, int layer, const Communicator& group,
-             int peer = kNoPeer, int second_peer = kNoPeer);
+  WatchScope(const char* op, Site site, int layer, const Communicator& group, int peer = kNoPeer,
+             int second_peer = kNoPeer);
   // The same over a raw MPI communicator named `group_name`.
-  WatchScope(const char* op, const char* site, int layer, MPI_Comm group, const char* group_name,
+  WatchScope(const char* op, Site site, int layer, MPI_Comm group, const char* group_name,
              int peer = kNoPeer, int second_peer = kNoPeer);
   // Before MPI_Init (no communicator to ask): this process is world rank `world_rank` of
   // `world_size` ranks as the launcher's environment gives them, waiting on all the others.
-  WatchScope(const char* op, const char* site, int world_rank, int world_size);
+  WatchScope(const char* op, Site site, int world_rank, int world_size);
   ~WatchScope();
   WatchScope(const WatchScope&) = delete;
   WatchScope& operator=(const WatchScope&) = delete;

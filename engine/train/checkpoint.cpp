@@ -31,7 +31,7 @@ constexpr char kMagic[8] = {'T', 'A', 'C', 'O', 'C', 'K', 'P', '1'};
 constexpr char kEndMagic[8] = {'T', 'A', 'C', 'O', 'E', 'N', 'D', '1'};
 constexpr uint32_t kVersion = 1;
 constexpr const char* kMarker = "COMPLETE";
-constexpr const char* kSite = "checkpoint";  // the site the watchdog names for our agreements
+constexpr Site kSite = Site::checkpoint;  // the site the watchdog names for our agreements
 
 // 64-bit FNV-1a over 8-byte words (bytes for the tail), with the length mixed in at the end.
 class Checksum {

@@ -109,9 +109,10 @@ int collectively(taco::Communicator& world, const std::function<void()>& fn) {
     code = 1;
     message = e.what();
   }
-  const int worst = taco::max_over(world, code, "startup");
+  const int worst = taco::max_over(world, code, taco::Site::startup);
   // The lowest failing rank, as the largest -rank (a rank that succeeded offers less).
-  const int first_failed = -taco::max_over(world, code ? -world.rank() : -(1 << 30), "startup");
+  const int first_failed =
+      -taco::max_over(world, code ? -world.rank() : -(1 << 30), taco::Site::startup);
   if (code && world.rank() == first_failed)
     std::fprintf(stderr, "taco-train: error: %s\n", message.c_str());
   return worst;
@@ -119,7 +120,7 @@ int collectively(taco::Communicator& world, const std::function<void()>& fn) {
 
 // MPI_Finalize waits for every peer: watched, as a call with a peer that may have died.
 void finalize() {
-  taco::WatchScope watch("finalize", "exit", -1, MPI_COMM_WORLD, "world");
+  taco::WatchScope watch("finalize", taco::Site::exit, -1, MPI_COMM_WORLD, "world");
   MPI_Finalize();
 }
 
@@ -233,7 +234,7 @@ int main(int argc, char** argv) {
     taco::start_watchdog(timeout > 0 ? std::max(timeout, 10.0) : 0.0, launch_rank);
     taco::init_fault_point(launch_rank);
     taco::fault_point("startup");
-    taco::WatchScope watch("MPI_Init", "startup", launch_rank, launch_size);
+    taco::WatchScope watch("MPI_Init", taco::Site::startup, launch_rank, launch_size);
     MPI_Init(&argc, &argv);
   }
   int rank = 0, world = 1;
@@ -245,7 +246,7 @@ int main(int argc, char** argv) {
   // is collective, so it is watched as MPI_Init is.
   std::unique_ptr<taco::MpiCommunicator> world_comm;
   {
-    taco::WatchScope watch("comm_dup", "startup", -1, MPI_COMM_WORLD, "world");
+    taco::WatchScope watch("comm_dup", taco::Site::startup, -1, MPI_COMM_WORLD, "world");
     world_comm = std::make_unique<taco::MpiCommunicator>(MPI_COMM_WORLD, "world");
   }
 
@@ -283,7 +284,7 @@ int main(int argc, char** argv) {
                                 " (set run.dir)");
       }
       {
-        taco::WatchScope watch("barrier", "startup", -1, *world_comm);
+        taco::WatchScope watch("barrier", taco::Site::startup, -1, *world_comm);
         world_comm->barrier(nullptr);
       }
       // Until the checks have passed, the log lines wait in memory (rank 0 writes them below).

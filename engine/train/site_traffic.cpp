@@ -47,8 +47,9 @@ std::string layer_label(int first, int last) {
 std::vector<Row> rows_of(const TrafficByLayer& traffic) {
   std::vector<Row> rows;
   int first = -1, last = -1;
-  for (const auto& [key, t] : traffic) {
-    const auto& [site, layer] = key;
+  for (const auto& [s, layer] : traffic.keys()) {
+    const LayerTraffic& t = traffic.at(s, layer);
+    const std::string site = site_name(s);
     const bool extends = !rows.empty() && rows.back().site == site && layer >= 0 && last >= 0 &&
                          layer == last + 1 && rows.back().t.codec == t.codec;
     if (extends) {
@@ -74,39 +75,66 @@ LayerTraffic& LayerTraffic::operator+=(const LayerTraffic& other) {
   return *this;
 }
 
+LayerTraffic& TrafficByLayer::at(Site site, int layer) {
+  std::vector<LayerTraffic>& layers = by_site_[size_t(site)];
+  const size_t i = size_t(layer + 1);
+  if (layers.size() <= i) layers.resize(i + 1);
+  return layers[i];
+}
+
+const LayerTraffic& TrafficByLayer::at(Site site, int layer) const {
+  static const LayerTraffic kNone;
+  const std::vector<LayerTraffic>& layers = by_site_[size_t(site)];
+  const size_t i = size_t(layer + 1);
+  return i < layers.size() ? layers[i] : kNone;
+}
+
+std::vector<SiteLayer> TrafficByLayer::keys() const {
+  std::vector<SiteLayer> out;
+  for (Site site : sites_by_name()) {
+    const std::vector<LayerTraffic>& layers = by_site_[size_t(site)];
+    for (size_t i = 0; i < layers.size(); ++i)
+      if (layers[i].sums.calls > 0) out.emplace_back(site, int(i) - 1);
+  }
+  return out;
+}
+
+bool TrafficByLayer::empty() const {
+  for (const auto& layers : by_site_)
+    for (const LayerTraffic& t : layers)
+      if (t.sums.calls > 0) return false;
+  return true;
+}
+
+void TrafficByLayer::clear() {
+  for (auto& layers : by_site_) layers.clear();
+}
+
 void add_traffic(TrafficByLayer& into, const TrafficByLayer& from) {
-  for (const auto& [key, t] : from) into[key] += t;
+  for (const auto& [site, layer] : from.keys()) into.at(site, layer) += from.at(site, layer);
 }
 
-const TrafficByLayer& LayeredSiteComm::layer_traffic() const {
-  static const TrafficByLayer kNone;
-  return stats().empty() ? kNone : step_;  // reset_stats() emptied stats(): nothing since
+void LayeredSiteComm::reset_stats() {
+  CompressedSiteComm::reset_stats();
+  step_.clear();
 }
 
-void LayeredSiteComm::file(const char* site, int layer, const SiteCommStats& before) {
-  const auto it = stats().find(site);
-  if (it == stats().end()) return;
-  const SiteCommStats d = difference(it->second, before);
+void LayeredSiteComm::file(Site site, int layer, const SiteCommStats& before) {
+  const SiteCommStats d = difference(stats()[site], before);
   if (d.calls == 0) return;
   LayerTraffic one;
   one.sums = d;
   if (d.error_samples > 0) one.max_rel_err = d.relative_l2();
-  Site s;
-  if (d.compressed_calls > 0 && parse_site(site, &s))
-    one.codec = describe(canonical(policy_.configured(site_is_per_layer(s) ? layer : -1, s)));
-  step_[{site, layer}] += one;
+  if (d.compressed_calls > 0 && site_is_compressible(site))
+    one.codec = describe(canonical(policy_.configured(site_is_per_layer(site) ? layer : -1, site)));
+  step_.at(site, layer) += one;
 }
 
 template <class Call>
-void LayeredSiteComm::traced(const char* site, int layer, const char* site2, Call call) {
+void LayeredSiteComm::traced(Site site, int layer, const Site* site2, Call call) {
   if (depth_ > 0) return call();
-  if (stats().empty()) step_.clear();  // the first call since reset_stats()
-  auto counters = [&](const char* name) {
-    const auto it = stats().find(name);
-    return it == stats().end() ? SiteCommStats{} : it->second;
-  };
-  const SiteCommStats before = counters(site);
-  const SiteCommStats before2 = site2 ? counters(site2) : SiteCommStats{};
+  const SiteCommStats before = stats()[site];
+  const SiteCommStats before2 = site2 ? stats()[*site2] : SiteCommStats{};
   ++depth_;
   try {
     call();
@@ -116,35 +144,35 @@ void LayeredSiteComm::traced(const char* site, int layer, const char* site2, Cal
   }
   --depth_;
   file(site, layer, before);
-  if (site2) file(site2, layer, before2);
+  if (site2) file(*site2, layer, before2);
 }
 
-void LayeredSiteComm::all_reduce(const Tensor& x, int rows, const char* site, int layer) {
+void LayeredSiteComm::all_reduce(const Tensor& x, int rows, Site site, int layer) {
   traced(site, layer, nullptr, [&] { CompressedSiteComm::all_reduce(x, rows, site, layer); });
 }
 
-void LayeredSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows,
-                                     const char* site, int layer) {
+void LayeredSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int rows, Site site,
+                                     int layer) {
   traced(site, layer, nullptr,
          [&] { CompressedSiteComm::reduce_scatter(in, out, rows, site, layer); });
 }
 
-void LayeredSiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
+void LayeredSiteComm::all_gather(const Tensor& in, const Tensor& out, int rows, Site site,
                                  int layer) {
   traced(site, layer, nullptr, [&] { CompressedSiteComm::all_gather(in, out, rows, site, layer); });
 }
 
-void LayeredSiteComm::send(const Tensor& x, int peer, const char* site, int layer) {
+void LayeredSiteComm::send(const Tensor& x, int peer, Site site, int layer) {
   traced(site, layer, nullptr, [&] { CompressedSiteComm::send(x, peer, site, layer); });
 }
 
-void LayeredSiteComm::recv(const Tensor& x, int peer, const char* site, int layer) {
+void LayeredSiteComm::recv(const Tensor& x, int peer, Site site, int layer) {
   traced(site, layer, nullptr, [&] { CompressedSiteComm::recv(x, peer, site, layer); });
 }
 
-void LayeredSiteComm::send_recv(const Tensor& out, int dst, const char* out_site, const Tensor& in,
-                                int src, const char* in_site) {
-  traced(out_site, -1, in_site,
+void LayeredSiteComm::send_recv(const Tensor& out, int dst, Site out_site, const Tensor& in,
+                                int src, Site in_site) {
+  traced(out_site, -1, &in_site,
          [&] { CompressedSiteComm::send_recv(out, dst, out_site, in, src, in_site); });
 }
 

@@ -9,9 +9,10 @@
 // row ("0-3", "4-11"), so a 48-layer model prints a row per site and rule range, not per layer.
 #pragma once
 
-#include <map>
+#include <array>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "parallel/compressed_site_comm.h"
 
@@ -27,9 +28,27 @@ struct LayerTraffic {
   LayerTraffic& operator+=(const LayerTraffic& other);
 };
 
-// (site name, layer); layer -1 for model-wide sites and calls that name no layer.
-using SiteLayer = std::pair<std::string, int>;
-using TrafficByLayer = std::map<SiteLayer, LayerTraffic>;
+// (site, layer); layer -1 for model-wide sites and calls that name no layer.
+using SiteLayer = std::pair<Site, int>;
+
+// LayerTraffic per (site, layer), indexed by site and layer. An entry without calls counts as
+// absent.
+class TrafficByLayer {
+ public:
+  // The entry of (site, layer), made (empty) where there is none.
+  LayerTraffic& at(Site site, int layer);
+  // The entry of (site, layer), or an empty one.
+  const LayerTraffic& at(Site site, int layer) const;
+  // The (site, layer)s with calls, in the order of the table: sites by name, layers ascending
+  // (-1 first).
+  std::vector<SiteLayer> keys() const;
+  size_t size() const { return keys().size(); }
+  bool empty() const;
+  void clear();
+
+ private:
+  std::array<std::vector<LayerTraffic>, kNumAllSites> by_site_;  // [site][layer + 1]
+};
 
 void add_traffic(TrafficByLayer& into, const TrafficByLayer& from);
 
@@ -39,26 +58,25 @@ class LayeredSiteComm : public CompressedSiteComm {
                   SiteCalibration* calibration = nullptr)
       : CompressedSiteComm(comm, policy, calibration), policy_(policy) {}
 
-  void all_reduce(const Tensor& x, int rows, const char* site, int layer) override;
-  void reduce_scatter(const Tensor& in, const Tensor& out, int rows, const char* site,
-                      int layer) override;
-  void all_gather(const Tensor& in, const Tensor& out, int rows, const char* site,
-                  int layer) override;
-  void send(const Tensor& x, int peer, const char* site, int layer) override;
-  void recv(const Tensor& x, int peer, const char* site, int layer) override;
-  void send_recv(const Tensor& out, int dst, const char* out_site, const Tensor& in, int src,
-                 const char* in_site) override;
+  void all_reduce(const Tensor& x, int rows, Site site, int layer) override;
+  void reduce_scatter(const Tensor& in, const Tensor& out, int rows, Site site, int layer) override;
+  void all_gather(const Tensor& in, const Tensor& out, int rows, Site site, int layer) override;
+  void send(const Tensor& x, int peer, Site site, int layer) override;
+  void recv(const Tensor& x, int peer, Site site, int layer) override;
+  void send_recv(const Tensor& out, int dst, Site out_site, const Tensor& in, int src,
+                 Site in_site) override;
+  void reset_stats() override;
 
   // stats() split by layer: the calls since the last reset_stats(), like stats().
-  const TrafficByLayer& layer_traffic() const;
+  const TrafficByLayer& layer_traffic() const { return step_; }
 
  private:
-  // Runs `call` (one base-class call naming `site` at `layer`, and `site2` when not null) and
-  // files the change of those sites' counters under (site, layer). Calls the base class makes
-  // from inside one call (send_recv falling back to send and recv) are part of that call.
+  // Runs `call` (one base-class call naming `site` at `layer`, and `site2` when given) and files
+  // the change of those sites' counters under (site, layer). Calls the base class makes from
+  // inside one call (send_recv falling back to send and recv) are part of that call.
   template <class Call>
-  void traced(const char* site, int layer, const char* site2, Call call);
-  void file(const char* site, int layer, const SiteCommStats& before);
+  void traced(Site site, int layer, const Site* site2, Call call);
+  void file(Site site, int layer, const SiteCommStats& before);
 
   const CompressionPolicy& policy_;
   TrafficByLayer step_;

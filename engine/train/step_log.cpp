@@ -70,9 +70,12 @@ namespace {
 
 // {"attn.out.fwd": {"bytes": .., "wire_bytes": .., "rel_err": .., ...}, ...}: rank 0's traffic
 // per site this step; rel_err is null where no compressed message was measured.
-std::string sites_json(const std::map<std::string, SiteCommStats>& sites) {
+std::string sites_json(const SiteStatsTable& sites) {
   std::string out = "{";
-  for (const auto& [name, st] : sites) {
+  for (Site site : sites_by_name()) {
+    const SiteCommStats& st = sites[site];
+    if (st.calls == 0) continue;
+    const std::string name = site_name(site);
     if (out.size() > 1) out += ", ";
     out.append("\"").append(json_escape(name)).append("\": ");
     out += JsonRecord()
@@ -98,18 +101,19 @@ std::string human_duration(double seconds) {
 }
 
 std::string interval_line(int step, int steps, double lr, double norm, const IntervalSummary& sum,
-                          const std::map<std::string, SiteCommStats>& sites, bool has_mfu,
-                          double elapsed_s, const std::string& native) {
+                          const SiteStatsTable& sites, bool has_mfu, double elapsed_s,
+                          const std::string& native) {
   std::string extra;
   if (sum.saved_bytes > 0)
     extra += fmt::format(" | saved {:.1f} MB vs {}", sum.saved_bytes / 1e6, native);
   double worst = 0;
   std::string worst_site;
-  for (const auto& [name, st] : sites) {
+  for (Site site : sites_by_name()) {
+    const SiteCommStats& st = sites[site];
     const double e = st.error_samples > 0 ? st.relative_l2() : 0.0;
     if (st.error_samples > 0 && (std::isnan(e) || e > worst || worst_site.empty())) {
       worst = e;
-      worst_site = name;
+      worst_site = site_name(site);
     }
   }
   if (!worst_site.empty()) extra += fmt::format(" | err {:.2e} {}", worst, worst_site);
@@ -125,7 +129,7 @@ std::string interval_line(int step, int steps, double lr, double norm, const Int
 }
 
 void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,
-                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu, double elapsed_s,
+                  const SiteStatsTable& sites, bool has_mfu, double elapsed_s,
                   const std::string& native, MetricsWriter& metrics) {
   spdlog::info("{}", interval_line(step, steps, lr, norm, sum, sites, has_mfu, elapsed_s, native));
   JsonRecord r;

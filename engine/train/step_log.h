@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -92,13 +91,13 @@ std::string human_count(double x);
 // `elapsed_s`: wall time since training started (the ETA is the steps left at the interval's
 // pace).
 void log_interval(int step, int steps, double lr, double norm, const IntervalSummary& sum,
-                  const std::map<std::string, SiteCommStats>& sites, bool has_mfu, double elapsed_s,
+                  const SiteStatsTable& sites, bool has_mfu, double elapsed_s,
                   const std::string& native, MetricsWriter& metrics);
 
 // The log line itself (log_interval prints it): "step    10/240 | loss 4.1234 | ...".
 std::string interval_line(int step, int steps, double lr, double norm, const IntervalSummary& sum,
-                          const std::map<std::string, SiteCommStats>& sites, bool has_mfu,
-                          double elapsed_s, const std::string& native);
+                          const SiteStatsTable& sites, bool has_mfu, double elapsed_s,
+                          const std::string& native);
 
 // 75 -> "1m15s", 3725 -> "1h02m", 9 -> "9s".
 std::string human_duration(double seconds);

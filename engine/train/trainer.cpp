@@ -53,7 +53,7 @@ double seconds_since(Clock::time_point t) {
 struct StepOutcome {
   double loss = 0, norm = 0, lr = 0;
   bool logged = false;  // this step prints a log line
-  std::map<std::string, SiteCommStats> sites;
+  SiteStatsTable sites;
 };
 
 // Throughput, loss and communication, reported over each logging interval.
@@ -198,7 +198,7 @@ std::string nonfinite_message(int rank, int step, double loss, double norm,
 // hold copies, other stages nothing). Every rank reads its model, so all start the next sum at 0.
 double world_loss_sum(Gpt& model, bool counts, Communicator& world) {
   const double mine = model.take_loss_sum();
-  return sum_over(world, counts ? mine : 0.0, "step sums");
+  return sum_over(world, counts ? mine : 0.0, Site::loss_sum);
 }
 
 // Keeps the records of metrics.jsonl up to step `last` (those after it belong to training that
@@ -663,7 +663,7 @@ void Trainer::State::record_step(int step, StepOutcome& out, RunProgress& progre
   for (CompressedSiteComm* c : comms()) {
     if (!c) continue;
     comm += c->total();
-    for (const auto& [name, st] : c->stats()) out.sites[name] += st;
+    out.sites += c->stats();
     if (const auto* layered = dynamic_cast<const LayeredSiteComm*>(c))
       add_traffic(progress.traffic, layered->layer_traffic());
   }
@@ -675,11 +675,12 @@ void Trainer::State::record_step(int step, StepOutcome& out, RunProgress& progre
   sample.wire_bytes = comm.wire_bytes;
   sample.saved_bytes = comm.saved_bytes;
   progress.interval.add(sample);
-  for (const auto& [name, st] : out.sites) {
+  for (Site site : sites_by_name()) {
+    const SiteCommStats& st = out.sites[site];
     if (st.nonfinite_groups > 0)
       spdlog::warn(
           "rank {}: step {}: site {}: {} compressed group(s) held NaN/Inf and decoded as NaN",
-          grid->world_rank(), step + 1, name, st.nonfinite_groups);
+          grid->world_rank(), step + 1, site_name(site), st.nonfinite_groups);
   }
 }
 
@@ -714,7 +715,7 @@ bool Trainer::State::finish_step(int step, RunProgress& progress, TrainHistory& 
   history.steps_done = done;
   if (ctx.after_step) ctx.after_step(done);
   // A signal on any rank stops every rank after the same step.
-  const int agreed = max_over(grid->world(), stop_signal(), "stop signal");
+  const int agreed = max_over(grid->world(), stop_signal(), Site::stop_signal);
   if (checkpointer) {
     const int every = cfg.checkpoint.every;
     if ((every > 0 && done % every == 0) || agreed != 0 || done == cfg.train.steps) {
@@ -741,7 +742,7 @@ void Trainer::State::save(int done, TrainHistory& history) {
   size_t bad = 0;
   for (size_t i = 0; i < sections.size(); ++i)
     bad += count_nonfinite(sections[i], i == 0 ? dtype : DType::f32);
-  const double bad_anywhere = sum_over(grid->world(), double(bad), "checkpoint");
+  const double bad_anywhere = sum_over(grid->world(), double(bad), Site::checkpoint);
   if (bad_anywhere > 0) {
     throw CollectiveError(
         "rank " + std::to_string(grid->world_rank()) + ": step " + std::to_string(done) + ": " +

@@ -83,9 +83,9 @@ TEST_F(CodecAuto, RanksAgreeEvenWhenTheirMeasurementsDisagree) {
   const CompressionPolicy policy = auto_policy();
   CompressedSiteComm door(*world_, policy);
   std::vector<float> x = input_of(world_rank_, 64 * 512);
-  door.all_reduce(host_tensor(x), 64, "attn.out.fwd", 1);
+  door.all_reduce(host_tensor(x), 64, Site::attn_out_fwd, 1);
 
-  EXPECT_EQ(door.stats().at("attn.out.fwd").compressed_calls, 1);
+  EXPECT_EQ(door.stats()[Site::attn_out_fwd].compressed_calls, 1);
   ASSERT_NE(door.autotune(), nullptr);
   const std::vector<AutoDecision> d = door.autotune()->take_new_decisions();
   ASSERT_EQ(d.size(), 1u);
@@ -113,7 +113,7 @@ TEST_F(CodecAuto, FastLinkStaysNativeSlowLinkCompresses) {
     const bool slow = std::string(link) == kSlowLink;
     for (int call = 0; call < 2; ++call) {
       std::vector<float> x = input_of(world_rank_, 32 * 512);
-      door.all_reduce(host_tensor(x), 32, "mlp.out.fwd", 0);
+      door.all_reduce(host_tensor(x), 32, Site::mlp_out_fwd, 0);
       for (size_t i = 0; i < x.size(); i += 101) {
         const double exact = double(input_of(0, x.size())[i]) + input_of(1, x.size())[i];
         if (slow)
@@ -123,8 +123,8 @@ TEST_F(CodecAuto, FastLinkStaysNativeSlowLinkCompresses) {
       }
     }
     std::vector<float> y = input_of(world_rank_, 32 * 512);
-    door.all_reduce(host_tensor(y), 32, "mlp.out.fwd", 1);
-    EXPECT_EQ(door.stats().at("mlp.out.fwd").compressed_calls, slow ? 3 : 0);
+    door.all_reduce(host_tensor(y), 32, Site::mlp_out_fwd, 1);
+    EXPECT_EQ(door.stats()[Site::mlp_out_fwd].compressed_calls, slow ? 3 : 0);
     const std::vector<AutoDecision> d = door.autotune()->take_new_decisions();
     ASSERT_EQ(d.size(), 2u);  // (mlp.out.fwd, layer 0) and (mlp.out.fwd, layer 1)
     EXPECT_EQ(d[0].message.layer, 0);
@@ -152,7 +152,7 @@ TEST_F(CodecAuto, MeasuredDecisionsAreTheSameOnEveryRank) {
   for (int round = 0; round < 2; ++round) {
     for (int rows : {4, 256}) {
       std::vector<float> x = input_of(world_rank_, size_t(rows) * 512);
-      door.all_reduce(host_tensor(x), rows, "attn.in.bwd", 0);
+      door.all_reduce(host_tensor(x), rows, Site::attn_in_bwd, 0);
       std::vector<double> values(x.begin(), x.end());
       EXPECT_EQ(rank0s(values), values) << rows;
     }
@@ -183,10 +183,10 @@ TEST_F(CodecAuto, PointToPointSitesAreNotTuned) {
   const CompressionPolicy policy = auto_policy();
   CompressedSiteComm door(*world_, policy);
   std::vector<float> x = input_of(world_rank_, 4096);
-  if (world_rank_ == 0) door.send(host_tensor(x), 1, "pp.act", -1);
-  if (world_rank_ == 1) door.recv(host_tensor(x), 0, "pp.act", -1);
+  if (world_rank_ == 0) door.send(host_tensor(x), 1, Site::pp_act, -1);
+  if (world_rank_ == 1) door.recv(host_tensor(x), 0, Site::pp_act, -1);
   EXPECT_EQ(x, input_of(0, 4096));  // bit-exact: native
-  EXPECT_EQ(door.stats().at("pp.act").compressed_calls, 0);
+  EXPECT_EQ(door.stats()[Site::pp_act].compressed_calls, 0);
   const std::vector<AutoDecision> d = door.autotune()->take_new_decisions();
   ASSERT_EQ(d.size(), 1u);
   EXPECT_FALSE(d[0].tuned);

@@ -379,7 +379,7 @@ Tensor host_tensor(std::vector<float>& v) {
 
 using CompressedSiteCommTest = CompressedCollectivesTest;
 
-// Codec none, a message under min_bytes and a site the policy does not know all take the
+// Codec none, a message under min_bytes and a never-compressed site all take the
 // backend's native collective: the communicator sees an all_reduce (no all_to_all, no
 // all_gather), the site's wire bytes are the backend's own accounting, and no codec ran.
 TEST_F(CompressedSiteCommTest, SitesWithoutACodecUseTheNativeCollective) {
@@ -390,13 +390,13 @@ TEST_F(CompressedSiteCommTest, SitesWithoutACodecUseTheNativeCollective) {
   const MessageShape shape{64, 64};
   const size_t n = size_t(shape.count()), bytes = n * 4;
   struct Case {
-    const char* site;
+    Site site;
     int layer;
     size_t rows;
   };
-  for (const Case& c :
-       {Case{"attn.in.bwd", 1, 64}, Case{"attn.out.fwd", 0, 8}, Case{"sp.grad", 0, 64}}) {
-    SCOPED_TRACE(c.site);
+  for (const Case& c : {Case{Site::attn_in_bwd, 1, 64}, Case{Site::attn_out_fwd, 0, 8},
+                        Case{Site::sp_grad, 0, 64}}) {
+    SCOPED_TRACE(site_name(c.site));
     const size_t m = c.rows * 64;
     std::vector<float> x = input_of(seed, world_rank_, m);
     const CommStats before = world_->stats();
@@ -405,7 +405,7 @@ TEST_F(CompressedSiteCommTest, SitesWithoutACodecUseTheNativeCollective) {
     EXPECT_EQ(after[CommOp::all_reduce].calls - before[CommOp::all_reduce].calls, 1);
     EXPECT_EQ(after[CommOp::all_to_all].calls, before[CommOp::all_to_all].calls);
     EXPECT_EQ(after[CommOp::all_gather].calls, before[CommOp::all_gather].calls);
-    const SiteCommStats& st = door.stats().at(c.site);
+    const SiteCommStats& st = door.stats()[c.site];
     EXPECT_EQ(st.compressed_calls, 0);
     EXPECT_EQ(st.logical_bytes, int64_t(m * 4));
     EXPECT_EQ(st.wire_bytes, bytes_sent_estimate(CommOp::all_reduce, m * 4, p));
@@ -428,12 +428,12 @@ TEST_F(CompressedSiteCommTest, SitesWithoutACodecUseTheNativeCollective) {
   door.reset_stats();
   std::vector<float> x = input_of(seed, world_rank_, n);
   const CommStats before = world_->stats();
-  door.all_reduce(host_tensor(x), int(shape.rows), "attn.out.fwd", 1);
+  door.all_reduce(host_tensor(x), int(shape.rows), Site::attn_out_fwd, 1);
   const CommStats& after = world_->stats();
   EXPECT_EQ(after[CommOp::all_reduce].calls, before[CommOp::all_reduce].calls);
   EXPECT_EQ(after[CommOp::all_to_all].calls - before[CommOp::all_to_all].calls, 1);
   EXPECT_EQ(after[CommOp::all_gather].calls - before[CommOp::all_gather].calls, 1);
-  const SiteCommStats& st = door.stats().at("attn.out.fwd");
+  const SiteCommStats& st = door.stats()[Site::attn_out_fwd];
   EXPECT_EQ(st.compressed_calls, 1);
   const auto codec = make_codec(policy.resolve(1, Site::attn_out_fwd, int64_t(bytes)));
   const size_t slot = codec->max_encoded_size({shape.rows / p, shape.cols}, DType::f32);
@@ -453,14 +453,14 @@ TEST_F(CompressedSiteCommTest, MeasuredErrorIsThisRanksOwnRoundTrip) {
   const size_t n = size_t(shape.count());
   const std::vector<float> input = input_of(seed, world_rank_, n);
   std::vector<float> x = input;
-  door.all_reduce(host_tensor(x), int(shape.rows), "attn.out.fwd", 0);
-  EXPECT_EQ(door.stats().at("attn.out.fwd").error_samples, 0);
-  EXPECT_TRUE(std::isnan(door.stats().at("attn.out.fwd").relative_l2()));
+  door.all_reduce(host_tensor(x), int(shape.rows), Site::attn_out_fwd, 0);
+  EXPECT_EQ(door.stats()[Site::attn_out_fwd].error_samples, 0);
+  EXPECT_TRUE(std::isnan(door.stats()[Site::attn_out_fwd].relative_l2()));
 
   door.reset_stats();
   door.measure_errors(true);
   x = input;
-  door.all_reduce(host_tensor(x), int(shape.rows), "attn.out.fwd", 0);
+  door.all_reduce(host_tensor(x), int(shape.rows), Site::attn_out_fwd, 0);
   const auto codec = make_codec(policy.resolve(0, Site::attn_out_fwd, int64_t(n * 4)));
   std::vector<float> back(n);
   for (int c = 0; c < p; ++c) {
@@ -469,7 +469,7 @@ TEST_F(CompressedSiteCommTest, MeasuredErrorIsThisRanksOwnRoundTrip) {
     codec->decode(buf.data(), buf.size(), ch.shape, back.data() + ch.offset, {"ref", -1});
   }
   const double expected = test::relative_l2(back.data(), input.data(), n);
-  const SiteCommStats& st = door.stats().at("attn.out.fwd");
+  const SiteCommStats& st = door.stats()[Site::attn_out_fwd];
   EXPECT_EQ(st.error_samples, 1);
   EXPECT_NEAR(st.relative_l2(), expected, 1e-9 * expected);
   // An E4M3 round trip of Gaussian data costs about 2.6e-2 (docs/design.md §4).
@@ -486,11 +486,11 @@ TEST_F(CompressedSiteCommTest, NonFiniteInputDecodesAsNaNOnEveryRankAndIsCounted
   const MessageShape shape{16, 128};  // groups of 64 along hidden: element 70 is in group 1
   std::vector<float> x = input_of(seed, world_rank_, size_t(shape.count()));
   if (world_rank_ == 0) x[70] = NAN;
-  door.all_reduce(host_tensor(x), int(shape.rows), "attn.out.fwd", 0);
+  door.all_reduce(host_tensor(x), int(shape.rows), Site::attn_out_fwd, 0);
   for (int i = 64; i < 128; ++i) EXPECT_TRUE(std::isnan(x[size_t(i)])) << i;
   for (int i = 0; i < 64; ++i) EXPECT_TRUE(std::isfinite(x[size_t(i)])) << i;
   for (size_t i = 128; i < x.size(); ++i) ASSERT_TRUE(std::isfinite(x[i])) << i;
-  EXPECT_GE(door.stats().at("attn.out.fwd").nonfinite_groups, 1);
+  EXPECT_GE(door.stats()[Site::attn_out_fwd].nonfinite_groups, 1);
 }
 
 // A buffer damaged in transit fails its header check inside the collective, on every rank that
@@ -507,7 +507,7 @@ TEST_F(CompressedSiteCommTest, CorruptedWireBufferIsRejectedWithOneLine) {
     CompressedSiteComm door(corrupting, policy);
     std::vector<float> x = input_of(shared_seed(), world_rank_, 64 * 64);
     try {
-      door.all_reduce(host_tensor(x), 64, "attn.out.fwd", 1);
+      door.all_reduce(host_tensor(x), 64, Site::attn_out_fwd, 1);
       ADD_FAILURE() << "a corrupted buffer was accepted";
     } catch (const UserError& e) {
       const std::string msg = e.what();

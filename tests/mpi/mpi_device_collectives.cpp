@@ -439,9 +439,9 @@ TEST_F(DeviceCollectivesTest, SiteCommSendsDeviceTensorsThroughTheDevicePath) {
   CompressedSiteComm door(*staged_, policy);
   DeviceBytes d(x);
   door.all_reduce(Tensor{d.get(), DType::bf16, DeviceKind::cuda, n}, int(shape.rows),
-                  "attn.out.fwd", 0);
+                  Site::attn_out_fwd, 0);
   expect_same_bytes(d.read(), want, DType::bf16);
-  const SiteCommStats& s = door.stats().at("attn.out.fwd");
+  const SiteCommStats& s = door.stats()[Site::attn_out_fwd];
   EXPECT_EQ(s.calls, 1);
   EXPECT_EQ(s.compressed_calls, 1);
   EXPECT_EQ(s.logical_bytes, int64_t(x.size()));

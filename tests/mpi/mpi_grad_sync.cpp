@@ -61,9 +61,8 @@ TEST_F(GradSyncTest, DataParallelSumEqualsSerialSum) {
   std::vector<float> grads = mine(rank_, n);
   sync.reduce({}, Tensor{}, host_tensor(grads), host_tensor(grads));
   EXPECT_EQ(grads, serial_sum({0, 1, 2}, n));
-  ASSERT_EQ(dp.stats().count("dp.grad"), 1u);
-  EXPECT_EQ(dp.stats().at("dp.grad").calls, 1);
-  EXPECT_EQ(dp.stats().at("dp.grad").logical_bytes, int64_t(n * sizeof(float)));
+  ASSERT_EQ(dp.stats()[Site::dp_grad].calls, 1);
+  EXPECT_EQ(dp.stats()[Site::dp_grad].logical_bytes, int64_t(n * sizeof(float)));
   // Without ZeRO-1 the dp replicas hold the same sum: the norm sums over one replica (here a
   // group of one).
   EXPECT_EQ(sync.norm(4.0), 2.0);
@@ -87,7 +86,7 @@ TEST_F(GradSyncTest, ZeroReduceScattersEachShardAndGathersParameters) {
   const std::vector<float> want = serial_sum({0, 1, 2}, n);
   for (size_t i = shard.begin(); i < shard.end(); ++i)
     ASSERT_EQ(grads_padded[i], want[i]) << "element " << i << " of rank " << rank_;
-  EXPECT_EQ(dp.stats().at("dp.grad").calls, 1);
+  EXPECT_EQ(dp.stats()[Site::dp_grad].calls, 1);
 
   // Shards are disjoint: the norm sums every rank's part over the world.
   EXPECT_EQ(sync.norm(double(rank_ + 1)), std::sqrt(6.0));
@@ -101,7 +100,7 @@ TEST_F(GradSyncTest, ZeroReduceScattersEachShardAndGathersParameters) {
     for (size_t i = theirs.begin(); i < theirs.end(); ++i)
       ASSERT_EQ(params[i], value(r, i)) << "element " << i << " from rank " << r;
   }
-  EXPECT_EQ(dp.stats().at("dp.param").calls, 1);
+  EXPECT_EQ(dp.stats()[Site::dp_param].calls, 1);
 }
 
 TEST_F(GradSyncTest, SequenceParallelAndTiedEmbeddingSums) {
@@ -114,7 +113,7 @@ TEST_F(GradSyncTest, SequenceParallelAndTiedEmbeddingSums) {
     const Tensor all = host_tensor(flat);
     sync.reduce({{all.slice(0, 48), 1, 0}, {all.slice(48, 48), 1, 1}}, Tensor{}, all, all);
     EXPECT_EQ(flat, serial_sum({0, 1, 2}, 96));
-    EXPECT_EQ(tp.stats().at("sp.grad").calls, 2);
+    EXPECT_EQ(tp.stats()[Site::sp_grad].calls, 2);
   }
   {  // pp = 3: the tied embedding's copies on the first and the last stage
     ProcessGrid grid(MPI_COMM_WORLD, GridShape{1, 3, 1});
@@ -128,22 +127,22 @@ TEST_F(GradSyncTest, SequenceParallelAndTiedEmbeddingSums) {
     sync.reduce({}, embedding ? all.slice(0, 40) : Tensor{}, all, all);
     EXPECT_EQ(flat, embedding ? serial_sum({0, 2}, 40) : mine(rank_, 40));
     if (embedding) {
-      EXPECT_EQ(embedding->stats().at("tied.grad").calls, 1);
+      EXPECT_EQ(embedding->stats()[Site::tied_grad].calls, 1);
     }
   }
 }
 
 TEST_F(GradSyncTest, HostValuesAgreeOnEveryRank) {
   MpiCommunicator world(MPI_COMM_WORLD, "world");
-  EXPECT_EQ(sum_over(world, 0.5 * (rank_ + 1), "test"), 3.0);
-  EXPECT_EQ(max_over(world, rank_ == 1 ? 15 : 0, "test"), 15);
+  EXPECT_EQ(sum_over(world, 0.5 * (rank_ + 1), Site::loss_sum), 3.0);
+  EXPECT_EQ(max_over(world, rank_ == 1 ? 15 : 0, Site::stop_signal), 15);
   std::string message;
-  EXPECT_TRUE(agree(world, true, &message, "test"));
+  EXPECT_TRUE(agree(world, true, &message, Site::checkpoint));
   // Ranks 1 and 2 fail: every rank learns rank 1's message, the lowest failing one.
   message = "rank " + std::to_string(rank_) + " failed";
-  EXPECT_FALSE(agree(world, rank_ == 0, &message, "test"));
+  EXPECT_FALSE(agree(world, rank_ == 0, &message, Site::checkpoint));
   EXPECT_EQ(message, "rank 1 failed");
-  EXPECT_EQ(broadcast_string(world, rank_ == 2 ? "from two" : "", 2, "test"), "from two");
+  EXPECT_EQ(broadcast_string(world, rank_ == 2 ? "from two" : "", 2, Site::checkpoint), "from two");
   EXPECT_EQ(world.stats()[CommOp::all_reduce].calls, 4);
 }
 

@@ -1,7 +1,8 @@
 // engine/train/site_traffic.h: the trainer's door splits each site's accounting by layer (the
 // parts add up to stats(), and start afresh after reset_stats() as stats() does), keeps the worst
-// single-message error, and the end-of-run table groups consecutive layers with one codec.
-// The door runs over a stand-in two-rank group whose peer holds the same tensors.
+// single-message error, and the end-of-run table groups consecutive layers with one codec; a door
+// picks up a calibrated group on its next call. The door runs over a stand-in two-rank group whose
+// peer holds the same tensors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -79,19 +80,19 @@ TEST(LayeredSiteComm, SplitsEachSitesAccountingByLayerAndResetsWithIt) {
   const std::vector<float> x0 = test::random_normal(8 * 128, seed);
   std::vector<float> x = x0;
   const Tensor t{x.data(), DType::f32, DeviceKind::cpu, x.size()};
-  auto all_reduce = [&](const char* site, int layer) {
+  auto all_reduce = [&](Site site, int layer) {
     x = x0;
     door.all_reduce(t, 8, site, layer);
   };
-  for (int layer = 0; layer < 4; ++layer) all_reduce("attn.out.fwd", layer);
-  all_reduce("embed.fwd", -1);
+  for (int layer = 0; layer < 4; ++layer) all_reduce(Site::attn_out_fwd, layer);
+  all_reduce(Site::embed_fwd, -1);
 
   const TrafficByLayer& split = door.layer_traffic();
   ASSERT_EQ(split.size(), 5u);
   // The parts add up to the site's total.
   SiteCommStats sum;
-  for (int layer = 0; layer < 4; ++layer) sum += split.at({"attn.out.fwd", layer}).sums;
-  const SiteCommStats& whole = door.stats().at("attn.out.fwd");
+  for (int layer = 0; layer < 4; ++layer) sum += split.at(Site::attn_out_fwd, layer).sums;
+  const SiteCommStats& whole = door.stats()[Site::attn_out_fwd];
   EXPECT_EQ(sum.calls, whole.calls);
   EXPECT_EQ(sum.logical_bytes, whole.logical_bytes);
   EXPECT_EQ(sum.wire_bytes, whole.wire_bytes);
@@ -99,23 +100,54 @@ TEST(LayeredSiteComm, SplitsEachSitesAccountingByLayerAndResetsWithIt) {
   // Layers 1-2 went through taco, measured: FP8 E4M3 after the transform gives ~2.6e-2
   // (docs/design.md §4); an uncompressed layer has no error and the native codec label.
   for (int layer : {1, 2}) {
-    const LayerTraffic& l = split.at({"attn.out.fwd", layer});
+    const LayerTraffic& l = split.at(Site::attn_out_fwd, layer);
     EXPECT_EQ(l.codec, "taco e4m3 g128 dual hidden");
     EXPECT_EQ(l.sums.error_samples, 1);
     EXPECT_GT(l.max_rel_err, 0.01);
     EXPECT_LT(l.max_rel_err, 0.04);
     EXPECT_LT(l.sums.wire_bytes, l.sums.logical_bytes / 2);
   }
-  EXPECT_EQ(split.at({"attn.out.fwd", 0}).codec, "native");
-  EXPECT_EQ(split.at({"attn.out.fwd", 0}).sums.error_samples, 0);
-  EXPECT_EQ(split.at({"embed.fwd", -1}).sums.calls, 1);
+  EXPECT_EQ(split.at(Site::attn_out_fwd, 0).codec, "native");
+  EXPECT_EQ(split.at(Site::attn_out_fwd, 0).sums.error_samples, 0);
+  EXPECT_EQ(split.at(Site::embed_fwd, -1).sums.calls, 1);
 
   // reset_stats() empties both; the next calls start a fresh split.
   door.reset_stats();
   EXPECT_TRUE(door.layer_traffic().empty());
-  all_reduce("attn.out.fwd", 3);
+  all_reduce(Site::attn_out_fwd, 3);
   ASSERT_EQ(door.layer_traffic().size(), 1u);
-  EXPECT_EQ(door.layer_traffic().begin()->first, SiteLayer("attn.out.fwd", 3));
+  EXPECT_EQ(door.layer_traffic().keys().front(), SiteLayer(Site::attn_out_fwd, 3));
+}
+
+// The door resolves its codecs once; calibration (group: auto) changes the policy, and the next
+// call uses the calibrated group: its wire bytes are the two shots' slots of that codec.
+TEST(CompressedSiteComm, TheNextCallAfterCalibrationUsesTheCalibratedGroup) {
+  CompressionSection c = taco_on_layers("all");
+  c.rules[0].spec.group = kAutoGroup;
+  c.calibrate_steps = 1;
+  CompressionPolicy policy(c, 2, 512);
+  MirrorCommunicator group;
+  CompressedSiteComm door(group, policy);
+  const MessageShape shape{8, 128};
+  std::vector<float> x = test::random_normal(size_t(shape.count()), test::fresh_seed());
+  const Tensor t{x.data(), DType::f32, DeviceKind::cpu, x.size()};
+  // Two shots (all-to-all, all-gather) of one slot each to the one peer.
+  auto wire_of = [&](int group) {
+    CodecOptions o = policy.configured(1, Site::attn_out_fwd);
+    o.group = group;
+    o.axis = GroupAxis::hidden;
+    const auto codec = make_codec(canonical(o));
+    return int64_t(2 * codec->max_encoded_size({shape.rows / 2, shape.cols}, DType::f32));
+  };
+  ASSERT_NE(wire_of(kUncalibratedGroup), wire_of(32));
+
+  door.all_reduce(t, int(shape.rows), Site::attn_out_fwd, 1);
+  EXPECT_EQ(door.stats()[Site::attn_out_fwd].wire_bytes, wire_of(kUncalibratedGroup));
+  policy.apply_calibration(Site::attn_out_fwd, 32, GroupAxis::hidden);
+  door.reset_stats();
+  door.all_reduce(t, int(shape.rows), Site::attn_out_fwd, 1);
+  EXPECT_EQ(door.stats()[Site::attn_out_fwd].compressed_calls, 1);
+  EXPECT_EQ(door.stats()[Site::attn_out_fwd].wire_bytes, wire_of(32));
 }
 
 LayerTraffic traffic(int64_t calls, double err_sq, double max_err, const std::string& codec) {
@@ -157,11 +189,11 @@ std::vector<std::string> rows(const std::string& table) {
 TEST(TrafficTable, OneRowPerSiteAndLayerRangeWithPooledAndWorstError) {
   TrafficByLayer t;
   const std::string taco = "taco e4m3 g128 dual hidden";
-  t[{"attn.out.fwd", 0}] = traffic(2, 0, 0, "native");
-  t[{"attn.out.fwd", 1}] = traffic(2, 1e-4, 0.02, taco);
-  t[{"attn.out.fwd", 2}] = traffic(2, 9e-4, 0.05, taco);
-  t[{"attn.out.fwd", 3}] = traffic(2, 0, 0, "native");
-  t[{"sp.grad", -1}] = traffic(1, 0, 0, "native");
+  t.at(Site::attn_out_fwd, 0) = traffic(2, 0, 0, "native");
+  t.at(Site::attn_out_fwd, 1) = traffic(2, 1e-4, 0.02, taco);
+  t.at(Site::attn_out_fwd, 2) = traffic(2, 9e-4, 0.05, taco);
+  t.at(Site::attn_out_fwd, 3) = traffic(2, 0, 0, "native");
+  t.at(Site::sp_grad, -1) = traffic(1, 0, 0, "native");
   const std::string table = traffic_table(t, 6, "fp32");
   EXPECT_NE(table.find("over 6 step(s)"), std::string::npos) << table;
   EXPECT_NE(table.find("\nuncompressed in fp32;"), std::string::npos) << table;

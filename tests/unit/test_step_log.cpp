@@ -85,17 +85,17 @@ TEST(IntervalLine, CarriesEveryQuantityAndNamesWhatSavedIsCountedAgainst) {
   interval.add(sample(0.5, 3.0, 0.25));
   interval.add(sample(0.5, 2.0, 0.25));
   const IntervalSummary sum = interval.summarize(1000, 6e9, 1e14);
-  std::map<std::string, SiteCommStats> sites;
+  SiteStatsTable sites;
   SiteCommStats a;
   a.calls = 4;
   a.error_samples = 2;
   a.error_sq = 1.0;
   a.signal_sq = 100.0;
-  sites["attn.out.fwd"] = a;
+  sites[Site::attn_out_fwd] = a;
   SiteCommStats b = a;
   b.error_sq = 4.0;
-  sites["mlp.out.fwd"] = b;
-  sites["sp.grad"] = SiteCommStats{};  // never measured: never the worst
+  sites[Site::mlp_out_fwd] = b;
+  sites[Site::sp_grad].calls = 2;  // never measured: never the worst
   const std::string line = interval_line(20, 100, 1e-3, 0.75, sum, sites, true, 30, "fp32");
   for (const char* part :
        {"step    20/100", "loss 2.5000", "lr 1.00e-03", "norm 0.750", "500.0 ms/step", "2.0k tok/s",

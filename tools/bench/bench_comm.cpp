@@ -314,11 +314,11 @@ int comm(const std::vector<std::string>& args) {
         const Tensor xin = x.slice(0, n);
         auto call = [&] {
           if (op == "all_reduce") {
-            door.all_reduce(xin, int(nrows), "attn.out.fwd", 0);
+            door.all_reduce(xin, int(nrows), Site::attn_out_fwd, 0);
           } else if (op == "reduce_scatter") {
-            door.reduce_scatter(xin, part, int(nrows), "attn.out.fwd", 0);
+            door.reduce_scatter(xin, part, int(nrows), Site::attn_out_fwd, 0);
           } else {
-            door.all_gather(x.slice(rank * chunk, chunk), ref, int(nrows), "attn.out.fwd", 0);
+            door.all_gather(x.slice(rank * chunk, chunk), ref, int(nrows), Site::attn_out_fwd, 0);
           }
         };
         // Correctness first, on the data itself (an all-reduce works in place).
