@@ -51,6 +51,35 @@ TACO_SIMD_INLINE int32_t e8m0_k(uint32_t mb, uint32_t tb) {
   return mb == 0 ? 0 : k;
 }
 
+// top[c] = the bits of max |x| over rows [0, n) of column c (NaN and Inf above every finite
+// value); bf16 inputs compared as 16-bit integers, twice the lanes of a vector.
+TACO_SIMD_INLINE void column_absmax_bits(const float* x, int64_t cols, int n, int w,
+                                         uint32_t* __restrict top) {
+  for (int c = 0; c < w; ++c) top[c] = 0;
+  for (int r = 0; r < n; ++r) {
+    const float* __restrict row = x + r * cols;
+#pragma omp simd
+    for (int c = 0; c < w; ++c) {
+      const uint32_t a = simd::bits(row[c]) & 0x7FFFFFFFu;
+      top[c] = top[c] < a ? a : top[c];
+    }
+  }
+}
+TACO_SIMD_INLINE void column_absmax_bits(const bf16* x, int64_t cols, int n, int w,
+                                         uint32_t* __restrict top) {
+  alignas(64) uint16_t top16[kEncodeStrip];
+  for (int c = 0; c < w; ++c) top16[c] = 0;
+  for (int r = 0; r < n; ++r) {
+    const uint16_t* __restrict row = reinterpret_cast<const uint16_t*>(x + r * cols);
+#pragma omp simd
+    for (int c = 0; c < w; ++c) {
+      const uint16_t a = row[c] & 0x7FFFu;
+      top16[c] = top16[c] < a ? a : top16[c];
+    }
+  }
+  for (int c = 0; c < w; ++c) top[c] = uint32_t(top16[c]) << 16;
+}
+
 // One strip -> codes and scales. A column whose group holds a NaN or Inf, or (dual, single) whose
 // q is subnormal (x / q could leave the range of to_fp8_in_range), is encoded again afterwards by
 // encode_range. q = 0 (a group of zeros, or of values so small that max / fp8_max rounds to 0):
@@ -65,15 +94,7 @@ TACO_SIMD_INLINE Fp8EncodeCounts encode_strip(const T* x, const Fp8GroupSpec& s,
   alignas(64) uint8_t keep[kEncodeStrip];  // 0 where q = 0: the column's codes are 0
   alignas(64) uint8_t rare[kEncodeStrip];
   const int w = t.w;
-  for (int c = 0; c < w; ++c) top[c] = 0;
-  for (int r = 0; r < t.n; ++r) {
-    const T* __restrict row = x + t.base + r * s.cols;
-#pragma omp simd
-    for (int c = 0; c < w; ++c) {
-      const uint32_t a = simd::bits(simd::load_value(row, c)) & 0x7FFFFFFFu;  // NaN above Inf
-      top[c] = top[c] < a ? a : top[c];
-    }
-  }
+  column_absmax_bits(x + t.base, s.cols, t.n, w, top);
   // make_quantizer's q, or k and 2^-k (ea = 0; k <= 120 for a finite max, so 2^-k is normal).
   // Where a column is rare, the values here are never used.
   const float target = fp8_max(s.format);
