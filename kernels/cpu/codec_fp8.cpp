@@ -293,40 +293,32 @@ TACO_SIMD_INLINE int decode_whole_any(const uint8_t* codes, Fp8Format f, const D
                               : decode_whole<false>(codes, *d, f, i0, i1, store);
 }
 
-// Each loop three times: for baseline x86-64 (SSE2), AVX2 (8 floats per instruction) and
-// AVX-512 (16), the same source and so the same operations per element (no FMA: the file is
-// built with -ffp-contract=off).
-#define TACO_TWO_ISAS(ret, name, body, params, args)                                       \
-  ret name##_base params { return body args; }                                             \
-  __attribute__((target("avx2"))) ret name##_avx2 params { return body args; }             \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) ret name##_avx512 params { \
-    return body args;                                                                      \
-  }
-
-TACO_TWO_ISAS(Fp8EncodeCounts, encode_f32, encode_groups_any,
-              (const float* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1, uint8_t* c,
-               uint8_t* sc, Scratch* w),
-              (x, s, g0, g1, c, sc, w))
-TACO_TWO_ISAS(Fp8EncodeCounts, encode_bf16, encode_groups_any,
-              (const bf16* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1, uint8_t* c,
-               uint8_t* sc, Scratch* w),
-              (x, s, g0, g1, c, sc, w))
-TACO_TWO_ISAS(float, absmax_f32, finite_absmax,
-              (const float* x, int64_t i0, int64_t i1, int64_t* bad), (x, i0, i1, bad))
-TACO_TWO_ISAS(float, absmax_bf16, finite_absmax,
-              (const bf16* x, int64_t i0, int64_t i1, int64_t* bad), (x, i0, i1, bad))
-TACO_TWO_ISAS(int, whole_f32, whole_codes_any,
-              (const float* x, Fp8Format f, int64_t i0, int64_t i1, const Quantizer* q, uint8_t* c),
-              (x, f, i0, i1, q, c))
-TACO_TWO_ISAS(int, whole_bf16, whole_codes_any,
-              (const bf16* x, Fp8Format f, int64_t i0, int64_t i1, const Quantizer* q, uint8_t* c),
-              (x, f, i0, i1, q, c))
+TACO_ISA_BUILDS(Fp8EncodeCounts, encode_f32, encode_groups_any,
+                (const float* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1, uint8_t* c,
+                 uint8_t* sc, Scratch* w),
+                (x, s, g0, g1, c, sc, w))
+TACO_ISA_BUILDS(Fp8EncodeCounts, encode_bf16, encode_groups_any,
+                (const bf16* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1, uint8_t* c,
+                 uint8_t* sc, Scratch* w),
+                (x, s, g0, g1, c, sc, w))
+TACO_ISA_BUILDS(float, absmax_f32, finite_absmax,
+                (const float* x, int64_t i0, int64_t i1, int64_t* bad), (x, i0, i1, bad))
+TACO_ISA_BUILDS(float, absmax_bf16, finite_absmax,
+                (const bf16* x, int64_t i0, int64_t i1, int64_t* bad), (x, i0, i1, bad))
+TACO_ISA_BUILDS(int, whole_f32, whole_codes_any,
+                (const float* x, Fp8Format f, int64_t i0, int64_t i1, const Quantizer* q,
+                 uint8_t* c),
+                (x, f, i0, i1, q, c))
+TACO_ISA_BUILDS(int, whole_bf16, whole_codes_any,
+                (const bf16* x, Fp8Format f, int64_t i0, int64_t i1, const Quantizer* q,
+                 uint8_t* c),
+                (x, f, i0, i1, q, c))
 #define TACO_DECODE_ISAS(Store)                                                                \
-  TACO_TWO_ISAS(int64_t, decode_##Store, decode_groups_any,                                    \
-                (const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g0,       \
-                 int64_t g1, Store st, Scratch* w),                                            \
-                (c, sc, s, g0, g1, st, w))                                                     \
-  TACO_TWO_ISAS(                                                                               \
+  TACO_ISA_BUILDS(int64_t, decode_##Store, decode_groups_any,                                  \
+                  (const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g0,     \
+                   int64_t g1, Store st, Scratch* w),                                          \
+                  (c, sc, s, g0, g1, st, w))                                                   \
+  TACO_ISA_BUILDS(                                                                             \
       int, whole_##Store, decode_whole_any,                                                    \
       (const uint8_t* c, Fp8Format f, const DecodeScale* d, int64_t i0, int64_t i1, Store st), \
       (c, f, d, i0, i1, st))
@@ -357,11 +349,6 @@ int isa() { return std::min(detected_isa(), g_isa_limit); }
 // against 1.38 ns per element, decode 0.92 against 0.65, one thread, G = 128; before its eight-
 // groups-at-a-time path, which is AVX2 too), fp8_block's and fp8_tensor's faster (0.49 / 0.83).
 int isa_for(bool hadamard) { return hadamard ? std::min(isa(), 1) : isa(); }
-
-#define TACO_CALL_ISA(level, name, ...)        \
-  ((level) == 2   ? name##_avx512(__VA_ARGS__) \
-   : (level) == 1 ? name##_avx2(__VA_ARGS__)   \
-                  : name##_base(__VA_ARGS__))
 
 // encode / decode entry points per element type, for the templates below.
 Fp8EncodeCounts encode_range(const float* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1,

@@ -228,6 +228,7 @@ struct StoreF32 {
     for (int i = 0; i < n; ++i) o[i] = v[i];
   }
   TACO_SIMD_INLINE void one(int64_t i, float v) const { out[i] = v; }
+  TACO_SIMD_INLINE void number(int64_t i, float v) const { out[i] = v; }  // v is not NaN
   bool nonfinite(const float* v, int n) const { return simd::any_nonfinite(v, n, 0x7F800000u); }
   bool lanes8(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g) const {
     return lanes::decode8(c, sc, s, g, out, false);
@@ -241,6 +242,7 @@ struct AccumulateF32 {
     for (int i = 0; i < n; ++i) o[i] = o[i] + v[i];
   }
   TACO_SIMD_INLINE void one(int64_t i, float v) const { out[i] = out[i] + v; }
+  TACO_SIMD_INLINE void number(int64_t i, float v) const { out[i] = out[i] + v; }
   // the decoded values it adds
   bool nonfinite(const float* v, int n) const { return simd::any_nonfinite(v, n, 0x7F800000u); }
   bool lanes8(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g) const {
@@ -255,6 +257,9 @@ struct StoreBf16 {
     for (int i = 0; i < n; ++i) o[i] = simd::to_bf16_bits(v[i]);
   }
   TACO_SIMD_INLINE void one(int64_t i, float v) const { out[i].bits = simd::to_bf16_bits(v); }
+  TACO_SIMD_INLINE void number(int64_t i, float v) const {
+    out[i].bits = simd::to_bf16_bits_number(v);
+  }
   // from 0x7F7F8000 up, a float rounds to bf16's Inf
   bool nonfinite(const float* v, int n) const { return simd::any_nonfinite(v, n, 0x7F7F8000u); }
   bool lanes8(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g) const {
@@ -288,5 +293,33 @@ TACO_DECLARE_DECODE_RANGE(StoreBf16)
 // The instruction set of the loops: 0 baseline x86-64, 1 AVX2, 2 AVX-512; taco's stay at AVX2.
 int isa();
 int isa_for(bool hadamard);
+
+// fp8_block along tokens, groups [g0, g1): a row block's neighbouring columns at once
+// (kernels/cpu/codec_fp8_tokens.cpp), the rare groups through encode_range / decode_range.
+Fp8EncodeCounts block_tokens_encode(const float* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1,
+                                    uint8_t* c, uint8_t* sc, Scratch* w);
+Fp8EncodeCounts block_tokens_encode(const bf16* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1,
+                                    uint8_t* c, uint8_t* sc, Scratch* w);
+#define TACO_DECLARE_BLOCK_TOKENS_DECODE(Store)                                           \
+  int64_t block_tokens_decode(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, \
+                              int64_t g0, int64_t g1, Store st, Scratch* w);
+TACO_DECLARE_BLOCK_TOKENS_DECODE(StoreF32)
+TACO_DECLARE_BLOCK_TOKENS_DECODE(AccumulateF32)
+TACO_DECLARE_BLOCK_TOKENS_DECODE(StoreBf16)
+#undef TACO_DECLARE_BLOCK_TOKENS_DECODE
+
+// A loop built three times, for baseline x86-64 (SSE2), AVX2 (8 floats per instruction) and
+// AVX-512 (16): the same source and so the same operations per element (no FMA: the files are
+// built with -ffp-contract=off); TACO_CALL_ISA runs the one of a level (isa(), isa_for()).
+#define TACO_ISA_BUILDS(ret, name, body, params, args)                                     \
+  ret name##_base params { return body args; }                                             \
+  __attribute__((target("avx2"))) ret name##_avx2 params { return body args; }             \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) ret name##_avx512 params { \
+    return body args;                                                                      \
+  }
+#define TACO_CALL_ISA(level, name, ...)        \
+  ((level) == 2   ? name##_avx512(__VA_ARGS__) \
+   : (level) == 1 ? name##_avx2(__VA_ARGS__)   \
+                  : name##_base(__VA_ARGS__))
 
 }  // namespace taco::cpu::fp8_detail

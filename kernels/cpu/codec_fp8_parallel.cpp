@@ -1,6 +1,7 @@
 // The CPU FP8 codecs' entry points (kernels/codec_fp8.h): the message cut into chunks of whole
 // groups handed to OpenMP threads, taco's groups eight at a time where the CPU has AVX2
-// (kernels/cpu/codec_taco_lanes.h), everything else through the element loops of
+// (kernels/cpu/codec_taco_lanes.h), fp8_block's along tokens a strip of columns at a time
+// (kernels/cpu/codec_fp8_tokens.cpp), everything else through the element loops of
 // kernels/cpu/codec_fp8.cpp.
 #include <omp.h>
 
@@ -30,6 +31,7 @@ void in_batches(int64_t g0, int64_t g1, Batch&& batch, Range&& range) {
 template <class T>
 Fp8EncodeCounts encode_chunk(const T* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1, uint8_t* c,
                              uint8_t* sc, Scratch* w) {
+  if (s.along_tokens && !s.hadamard) return block_tokens_encode(x, s, g0, g1, c, sc, w);
   if (isa_for(s.hadamard) < 1 || !lanes::handles(s)) return encode_range(x, s, g0, g1, c, sc, w);
   Fp8EncodeCounts total;
   in_batches(
@@ -45,6 +47,7 @@ Fp8EncodeCounts encode_chunk(const T* x, const Fp8GroupSpec& s, int64_t g0, int6
 template <class Store>
 int64_t decode_chunk(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g0,
                      int64_t g1, Store st, Scratch* w) {
+  if (s.along_tokens && !s.hadamard) return block_tokens_decode(c, sc, s, g0, g1, st, w);
   if (isa_for(s.hadamard) < 1 || !lanes::handles(s)) return decode_range(c, sc, s, g0, g1, st, w);
   int64_t counted = 0;
   in_batches(

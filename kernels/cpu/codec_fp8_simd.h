@@ -57,6 +57,22 @@ TACO_SIMD_INLINE uint8_t to_fp8(float x) {
   return uint8_t(res);
 }
 
+// to_fp8 in fewer operations, for a y that is not NaN and lies below the rounding boundary
+// above fp8_max (464, 61440) in magnitude: the method of fp8_code in
+// kernels/cpu/codec_taco_lanes_simd.h written for the vectorizer (adding 2^(e + 23 - mantissa
+// bits), e the exponent of |y| but at least the smallest normal's, makes the FPU round |y| to the
+// FP8 step of its binade; the bits that add moves are the count of steps).
+template <bool kE4m3>
+TACO_SIMD_INLINE uint8_t to_fp8_in_range(float y) {
+  constexpr uint32_t shift = kE4m3 ? 20u : 21u;                     // 23 - mantissa bits
+  constexpr uint32_t min_norm = kE4m3 ? 0x3C800000u : 0x38800000u;  // 2^-6, 2^-14
+  constexpr uint32_t first = kE4m3 ? 121u * 8u : 113u * 4u;  // (binade's exponent << bits) - code
+  const uint32_t b = bits(y), a = b & 0x7FFFFFFFu, e = b & 0x7F800000u;
+  const uint32_t ex = e > min_norm ? e : min_norm, c = ex + (shift << 23);
+  const uint32_t steps = bits(from_bits(a) + from_bits(c)) - c;
+  return uint8_t((steps + (ex >> shift) - first) | ((b ^ a) >> 24));
+}
+
 // fp8_to_float without a table: the code's exponent and mantissa placed in a float's and the
 // bias corrected by one exact multiply (which also makes FP8 subnormals right); NaN (and E5M2's
 // Inf) codes as fp8_to_float gives them.
@@ -73,12 +89,39 @@ TACO_SIMD_INLINE float from_fp8(uint8_t code) {
   return from_bits(out);
 }
 
+// from_fp8 for a code that is neither NaN nor Inf (the caller checked: special_code): the same
+// bits without the selects; the sign goes in with the magnitude's OR.
+template <bool kE4m3>
+TACO_SIMD_INLINE float from_fp8_number(uint8_t code) {
+  const uint32_t c = code;
+  const float v = from_bits((c & 0x7Fu) << (kE4m3 ? 20u : 21u)) * (kE4m3 ? 0x1p120f : 0x1p112f);
+  return from_bits(bits(v) | ((c & 0x80u) << 24));
+}
+
+// Whether one of codes[0, n) is NaN (E4M3 s1111111; E5M2 s11111xx but Inf) or Inf (E5M2
+// s1111100).
+template <bool kE4m3>
+TACO_SIMD_INLINE bool any_special_code(const uint8_t* __restrict codes, int n) {
+  // a byte's bit 7 is set where code & 0x7F reaches the first special value (0x7F, 0x7C)
+  constexpr uint8_t kBelow = kE4m3 ? 0x01 : 0x04;
+  uint8_t any = 0;
+#pragma omp simd reduction(| : any)
+  for (int i = 0; i < n; ++i) any |= uint8_t((codes[i] & 0x7Fu) + kBelow);
+  return (any & 0x80u) != 0;
+}
+
 // float_to_bf16 (kernels/dtype.h) without the branch.
 TACO_SIMD_INLINE uint16_t to_bf16_bits(float f) {
   const uint32_t u = bits(f);
   const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
   const uint32_t nan = (u >> 16) | 0x40u;
   return uint16_t(select((u & 0x7FFFFFFFu) > 0x7F800000u, nan, rounded));
+}
+
+// to_bf16_bits for a float that is not NaN.
+TACO_SIMD_INLINE uint16_t to_bf16_bits_number(float f) {
+  const uint32_t u = bits(f);
+  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
 TACO_SIMD_INLINE float load_value(const float* x, int64_t i) { return x[i]; }

@@ -287,6 +287,67 @@ TEST_F(CodecCpuBits, TacoEightGroupsAtATimeMatchesTheOriginalBitForBit) {
   }
 }
 
+// Columns of one kind each, so that along tokens whole groups are of that kind: mostly Gaussian
+// at a magnitude per column (2^-20 .. 2^20), some all-zero (signed zeros among them), some so
+// small that q is subnormal or 0, some near FLT_MAX; NaN and Inf scattered. Most strips of
+// fp8_block along tokens (kernels/cpu/codec_fp8_tokens.cpp) then take the fast loops, and some of
+// their columns the per-group path.
+std::vector<float> token_message(int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  std::vector<float> x(size_t(rows * cols));
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_int_distribution<int> exp_of(-20, 20), kind_of(0, 15);
+  for (int64_t c = 0; c < cols; ++c) {
+    const int kind = kind_of(rng);
+    const float mag = std::ldexp(1.f, exp_of(rng));
+    for (int64_t r = 0; r < rows; ++r) {
+      float v = normal(rng);
+      switch (kind) {
+        case 0:
+          v = rng() % 2 ? 0.f : -0.f;
+          break;
+        case 1:
+          v *= 1e-42f;  // max / fp8_max subnormal or 0
+          break;
+        case 2:
+          v = (v < 0 ? -1.f : 1.f) * FLT_MAX * (0.5f + float(rng() % 1000) / 2000.f);
+          break;
+        default:
+          v *= mag;
+          break;
+      }
+      if (rng() % 20000 == 0) v = rng() % 3 ? NAN : INFINITY;
+      x[size_t(r * cols + c)] = v;
+    }
+  }
+  return x;
+}
+
+TEST_F(CodecCpuBits, BlockAlongTokensMatchesTheOriginalBitForBit) {
+  std::mt19937_64 rng(seed_);
+  for (int isa = 2; isa >= 0; --isa) {
+    SCOPED_TRACE("instruction set level " + std::to_string(cpu::fp8_codecs_limit_isa(isa)));
+    for (int64_t G : {32, 48, 100, 128, 512}) {
+      // Row blocks that end short, columns not a multiple of a vector or of a strip, a message
+      // of one partial row block, and one large enough for threads (its chunks end mid-row).
+      const int64_t big_rows = 2 * G + 13, big_cols = (1 << 16) / big_rows + 1 + rng() % 200;
+      const int64_t shapes[][2] = {
+          {2 * G + 7, 21}, {G, 300}, {G / 2 + 1, 1029}, {big_rows, big_cols}};
+      for (const auto& shape : shapes) {
+        const std::vector<float> x = token_message(shape[0], shape[1], rng);
+        for (const Case& c : cases_for(shape[0], shape[1])) {
+          if (c.spec.hadamard || !c.spec.along_tokens || c.spec.group != G) continue;
+          check_case(c, x, rng, nullptr);
+          if (HasFatalFailure()) break;
+        }
+        if (HasFatalFailure()) break;
+      }
+      if (HasFatalFailure()) break;
+    }
+    if (HasFatalFailure()) break;
+  }
+  cpu::fp8_codecs_limit_isa(2);
+}
+
 // Expected value: this test run on the original code (commit 2ad94ea, before the speed work).
 TEST(CodecCpuBitsGolden, SeededMessagesGiveTheOriginalCodesScalesAndValues) {
   Checksum sum;

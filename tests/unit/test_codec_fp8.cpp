@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/codec_fp8.h"
+#include "kernels/cpu/codec_fp8_simd.h"
 #include "kernels/hadamard.h"
 #include "tests/support/test_util.h"
 
@@ -192,6 +193,33 @@ TEST(Fp8Conversion, MatchesNearestCodeSearchAcrossTheFloatRange) {
     }
     EXPECT_EQ(mismatches, 0) << "of " << checked;
   }
+}
+
+// The CPU token-axis loops (kernels/cpu/codec_fp8_tokens.cpp) convert with to_fp8_in_range,
+// valid for values that are not NaN and lie below the rounding boundary above the largest code
+// (464, 61440): it must give float_to_fp8's code for every such float. Every positive float up to
+// the boundary (the sign is one OR, checked on every 7th negative one), against the vectorized
+// full conversion, itself checked against float_to_fp8 on all 2^32 floats (compression/README.md).
+template <bool kE4m3>
+int64_t in_range_mismatches(uint32_t bound, uint32_t sign, uint32_t step) {
+  int64_t bad = 0;
+#pragma omp simd reduction(+ : bad)
+  for (uint32_t u = 0; u <= bound; u += step) {
+    const float x = taco::cpu::simd::from_bits(u | sign);
+    bad += taco::cpu::simd::to_fp8_in_range<kE4m3>(x) != taco::cpu::simd::to_fp8<kE4m3>(x);
+  }
+  return bad;
+}
+
+TEST(Fp8Conversion, InRangeConversionEqualsTheFullOneBelowTheBoundary) {
+  constexpr uint32_t kE4m3Bound = 0x43E80000u, kE5m2Bound = 0x476FFFFFu;  // 464, 61440 - ulp
+  EXPECT_EQ(in_range_mismatches<true>(kE4m3Bound, 0, 1), 0);
+  EXPECT_EQ(in_range_mismatches<true>(kE4m3Bound, 0x80000000u, 7), 0);
+  EXPECT_EQ(in_range_mismatches<false>(kE5m2Bound, 0, 1), 0);
+  EXPECT_EQ(in_range_mismatches<false>(kE5m2Bound, 0x80000000u, 7), 0);
+  // Past the boundary the two differ (480 saturates to 448 in the full conversion), so the
+  // bound of the contract is the real one.
+  EXPECT_NE(taco::cpu::simd::to_fp8_in_range<true>(480.f), taco::cpu::simd::to_fp8<true>(480.f));
 }
 
 TEST(Hadamard, MatchesTheOrthonormalSylvesterMatrix) {
