@@ -1,29 +1,14 @@
 // fp8_tensor, fp8_block and taco: the grouped FP8 kernels (kernels/codec_fp8.h) with the
-// grouping each codec implies. A CUDA build adds the device path (compression/cuda/), which
-// writes and reads the same bytes.
+// grouping each codec implies. A CUDA build adds the device path (kernels/cuda/codec_fp8_*.cu,
+// declared in kernels/codec_fp8.h), which writes and reads the same bytes.
 #include "kernels/codec_fp8.h"
 #include "compression/codec_impl.h"
 #include "kernels/check.h"
-
-#if TACO_HAVE_CUDA
-#include "compression/cuda/codec_fp8_device.h"
-#endif
 
 namespace taco {
 namespace {
 
 #if TACO_HAVE_CUDA
-// The wire-format numbers the (C++17) device code mirrors.
-static_assert(cuda::wire::kMagic == kWireMagic && cuda::wire::kVersion == kWireVersion &&
-              cuda::wire::kHeaderBytes == kWireHeaderBytes &&
-              cuda::wire::kMaxElements == kMaxWireElements);
-static_assert(cuda::wire::wrong_shape == uint32_t(WireStatus::wrong_shape) &&
-              cuda::wire::bad_field == uint32_t(WireStatus::bad_field) &&
-              cuda::wire::truncated == uint32_t(WireStatus::truncated));
-static_assert(cuda::wire::kKindTaco == uint8_t(CodecKind::taco) &&
-              cuda::wire::kKindFp8Block == uint8_t(CodecKind::fp8_block) &&
-              cuda::wire::kKindFp8Tensor == uint8_t(CodecKind::fp8_tensor));
-
 cuda::Fp8DeviceMessage device_message(const CodecOptions& o, MessageShape shape, DType dtype) {
   cuda::Fp8DeviceMessage m;
   m.spec = fp8_group_spec(o, shape);

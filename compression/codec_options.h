@@ -16,13 +16,13 @@
 #include <string_view>
 
 #include "kernels/codec_fp8.h"
+#include "kernels/codec_wire.h"
 
 namespace taco {
 
 struct CodecSpec;
 
-enum class CodecKind : uint8_t { none = 0, fp8_tensor = 1, fp8_block = 2, taco = 3 };
-enum class GroupAxis : uint8_t { hidden = 0, token = 1 };
+// CodecKind and GroupAxis: kernels/codec_wire.h (their values are the wire header's bytes).
 
 constexpr int kAutoGroup = 0;
 constexpr int kGroupSizes[] = {32, 64, 128, 256, 512};

@@ -13,11 +13,7 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-// Header byte offsets (README.md, "Wire format").
-constexpr size_t kOffMagic = 0, kOffVersion = 4, kOffCodec = 6, kOffDtype = 7, kOffFormat = 8,
-                 kOffScales = 9, kOffAxis = 10, kOffReserved8 = 11, kOffGroup = 12, kOffRows = 16,
-                 kOffCols = 20, kOffCount = 24, kOffTotal = 32, kOffReserved32 = 40,
-                 kOffChecksum = 44;
+namespace off = wire_offset;  // header byte offsets (kernels/codec_wire.h)
 
 size_t round_up(size_t n) { return (n + kWireAlign - 1) / kWireAlign * kWireAlign; }
 
@@ -119,19 +115,19 @@ WireHeader make_wire_header(const CodecOptions& options, MessageShape shape, DTy
 
 void write_wire_header(const WireHeader& h, uint8_t* out) {
   std::memset(out, 0, kWireHeaderBytes);
-  put<uint32_t>(out, kOffMagic, kWireMagic);
-  put<uint16_t>(out, kOffVersion, h.version);
-  put<uint8_t>(out, kOffCodec, uint8_t(h.options.kind));
-  put<uint8_t>(out, kOffDtype, uint8_t(h.dtype));
-  put<uint8_t>(out, kOffFormat, uint8_t(h.options.format));
-  put<uint8_t>(out, kOffScales, uint8_t(h.options.scales));
-  put<uint8_t>(out, kOffAxis, uint8_t(h.options.axis));
-  put<uint32_t>(out, kOffGroup, uint32_t(h.options.group));
-  put<uint32_t>(out, kOffRows, uint32_t(h.shape.rows));
-  put<uint32_t>(out, kOffCols, uint32_t(h.shape.cols));
-  put<uint64_t>(out, kOffCount, uint64_t(h.shape.count()));
-  put<uint64_t>(out, kOffTotal, h.total_bytes);
-  put<uint32_t>(out, kOffChecksum, fnv1a(out, kOffChecksum));
+  put<uint32_t>(out, off::magic, kWireMagic);
+  put<uint16_t>(out, off::version, h.version);
+  put<uint8_t>(out, off::codec, uint8_t(h.options.kind));
+  put<uint8_t>(out, off::dtype, uint8_t(h.dtype));
+  put<uint8_t>(out, off::format, uint8_t(h.options.format));
+  put<uint8_t>(out, off::scales, uint8_t(h.options.scales));
+  put<uint8_t>(out, off::axis, uint8_t(h.options.axis));
+  put<uint32_t>(out, off::group, uint32_t(h.options.group));
+  put<uint32_t>(out, off::rows, uint32_t(h.shape.rows));
+  put<uint32_t>(out, off::cols, uint32_t(h.shape.cols));
+  put<uint64_t>(out, off::count, uint64_t(h.shape.count()));
+  put<uint64_t>(out, off::total, h.total_bytes);
+  put<uint32_t>(out, off::checksum, fnv1a(out, off::checksum));
 }
 
 WireStatus read_wire_header(const uint8_t* in, size_t size, WireHeader* h, std::string* detail) {
@@ -139,7 +135,7 @@ WireStatus read_wire_header(const uint8_t* in, size_t size, WireHeader* h, std::
   if (size < 4) {
     return fail(WireStatus::truncated, detail, got + ", shorter than the 48-byte header");
   }
-  const uint32_t magic = get<uint32_t>(in, kOffMagic);
+  const uint32_t magic = get<uint32_t>(in, off::magic);
   if (magic != kWireMagic) {
     return fail(WireStatus::bad_magic, detail,
                 "magic " + hex32(magic) + ", expected " + hex32(kWireMagic) + " ('TACW')");
@@ -147,14 +143,14 @@ WireStatus read_wire_header(const uint8_t* in, size_t size, WireHeader* h, std::
   if (size < kWireHeaderBytes) {
     return fail(WireStatus::truncated, detail, got + ", shorter than the 48-byte header");
   }
-  const uint16_t version = get<uint16_t>(in, kOffVersion);
+  const uint16_t version = get<uint16_t>(in, off::version);
   if (version != kWireVersion) {
     return fail(WireStatus::bad_version, detail,
                 "buffer has version " + std::to_string(version) + ", this build reads version " +
                     std::to_string(kWireVersion));
   }
-  const uint32_t stored = get<uint32_t>(in, kOffChecksum);
-  const uint32_t computed = fnv1a(in, kOffChecksum);
+  const uint32_t stored = get<uint32_t>(in, off::checksum);
+  const uint32_t computed = fnv1a(in, off::checksum);
   if (stored != computed) {
     return fail(WireStatus::bad_checksum, detail,
                 "stored " + hex32(stored) + ", computed " + hex32(computed));
@@ -166,17 +162,17 @@ WireStatus read_wire_header(const uint8_t* in, size_t size, WireHeader* h, std::
     return fail(WireStatus::bad_field, detail,
                 std::string(field) + " = " + std::to_string(value) + " is out of range");
   };
-  const uint8_t codec = get<uint8_t>(in, kOffCodec), dtype = get<uint8_t>(in, kOffDtype),
-                format = get<uint8_t>(in, kOffFormat), scales = get<uint8_t>(in, kOffScales),
-                axis = get<uint8_t>(in, kOffAxis);
+  const uint8_t codec = get<uint8_t>(in, off::codec), dtype = get<uint8_t>(in, off::dtype),
+                format = get<uint8_t>(in, off::format), scales = get<uint8_t>(in, off::scales),
+                axis = get<uint8_t>(in, off::axis);
   if (codec > uint8_t(CodecKind::taco)) return bad("codec", codec);
   if (dtype != uint8_t(DType::f32) && dtype != uint8_t(DType::bf16)) return bad("dtype", dtype);
   if (format > uint8_t(Fp8Format::e5m2)) return bad("format", format);
   if (scales > uint8_t(Fp8Scales::e8m0)) return bad("scales", scales);
   if (axis > uint8_t(GroupAxis::token)) return bad("axis", axis);
-  if (get<uint8_t>(in, kOffReserved8) != 0) return bad("reserved byte 11", in[kOffReserved8]);
-  if (get<uint32_t>(in, kOffReserved32) != 0) {
-    return bad("reserved word 40", get<uint32_t>(in, kOffReserved32));
+  if (get<uint8_t>(in, off::reserved8) != 0) return bad("reserved byte 11", in[off::reserved8]);
+  if (get<uint32_t>(in, off::reserved32) != 0) {
+    return bad("reserved word 40", get<uint32_t>(in, off::reserved32));
   }
   WireHeader out;
   out.version = version;
@@ -185,26 +181,26 @@ WireStatus read_wire_header(const uint8_t* in, size_t size, WireHeader* h, std::
   out.options.scales = Fp8Scales(scales);
   out.options.axis = GroupAxis(axis);
   out.dtype = DType(dtype);
-  const uint32_t group = get<uint32_t>(in, kOffGroup);
+  const uint32_t group = get<uint32_t>(in, off::group);
   if (group > 1u << 16) return bad("group", group);
   out.options.group = int(group);
   if (canonical(out.options) != out.options || !validate(out.options, false).empty()) {
     return fail(WireStatus::bad_field, detail,
                 "options '" + describe(out.options) + "' are not a valid codec configuration");
   }
-  const uint32_t rows = get<uint32_t>(in, kOffRows), cols = get<uint32_t>(in, kOffCols);
+  const uint32_t rows = get<uint32_t>(in, off::rows), cols = get<uint32_t>(in, off::cols);
   if (rows > INT32_MAX) return bad("rows", rows);
   if (cols > INT32_MAX) return bad("cols", cols);
   out.shape.rows = rows;
   out.shape.cols = cols;
   if (out.shape.count() > kMaxWireElements) return bad("rows x cols", out.shape.count());
-  const uint64_t count = get<uint64_t>(in, kOffCount);
+  const uint64_t count = get<uint64_t>(in, off::count);
   if (count != uint64_t(out.shape.count())) {
     return fail(WireStatus::bad_field, detail,
                 "count " + std::to_string(count) + " is not rows x cols = " +
                     std::to_string(out.shape.rows) + " x " + std::to_string(out.shape.cols));
   }
-  out.total_bytes = get<uint64_t>(in, kOffTotal);
+  out.total_bytes = get<uint64_t>(in, off::total);
   const size_t expected_total = wire_layout(out.options, out.shape, out.dtype).total_bytes;
   if (out.total_bytes != expected_total) {
     return fail(WireStatus::bad_field, detail,

@@ -1,4 +1,5 @@
-// The versioned wire format of one compressed message (compression/README.md has the table).
+// The versioned wire format of one compressed message (compression/README.md has the table; the
+// fixed numbers and field offsets are kernels/codec_wire.h's, shared with the device kernels).
 //
 //   [0, 48)                     header (little endian, FNV-1a checksum over bytes 0..43)
 //   [48, 48 + P)                payload: one FP8 code per element in row-major order, or the
@@ -17,15 +18,10 @@
 #include <string>
 
 #include "compression/codec_options.h"
+#include "kernels/codec_wire.h"
 #include "kernels/dtype.h"
 
 namespace taco {
-
-constexpr uint32_t kWireMagic = 0x57434154u;  // the bytes 'T' 'A' 'C' 'W'
-constexpr uint16_t kWireVersion = 1;
-constexpr size_t kWireHeaderBytes = 48;
-constexpr size_t kWireAlign = 16;
-constexpr int64_t kMaxWireElements = int64_t(1) << 40;  // rows, cols < 2^31 and rows x cols <= 2^40
 
 // A message is a 2-D [rows, cols] array (tokens x hidden); a flat message has rows = 1.
 struct MessageShape {
@@ -49,20 +45,6 @@ struct WireLayout {
   size_t scales_offset = 0;
   size_t scales_bytes = 0;  // unpadded
   size_t total_bytes = 0;
-};
-
-// Why a buffer was rejected; the CUDA decoder reports the same codes through a device word.
-enum class WireStatus : uint32_t {
-  ok = 0,
-  truncated,      // shorter than the header
-  bad_magic,      // not a taco message
-  bad_version,    // written by another wire-format version
-  bad_checksum,   // header bytes changed in transit
-  bad_field,      // a header field out of range or inconsistent with the others
-  size_mismatch,  // buffer length differs from the header's total_bytes
-  wrong_codec,    // encoded by another codec than the receiver expects
-  wrong_options,  // same codec, other options (format, group, scales, axis)
-  wrong_shape,    // other [rows, cols] than the receiver expects
 };
 
 const char* wire_status_name(WireStatus status);

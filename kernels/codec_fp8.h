@@ -62,16 +62,18 @@
 // looked for.
 // tree_sum over n values: pad with zeros to P = next power of two >= n, then adjacent partial
 // sums first: for (h = 1; h < P; h *= 2) v[i] += v[i + h] for i a multiple of 2h;  result v[0].
-// (This order keeps most of a device lane's additions in its registers, compression/cuda.)
+// (This order keeps most of a device lane's additions in its registers, kernels/cuda.)
 //
 // Scale section (little endian, one entry per group, groups numbered row-block-major: along
 // hidden g = row * ceil(cols/G) + j; along tokens g = row_block * cols + col):
 //   dual: fp32 q[groups], then fp32 a[groups]; single: fp32 s[groups]; e8m0: uint8 k[groups].
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/codec_wire.h"
 #include "kernels/dtype.h"
 
 namespace taco {
@@ -199,4 +201,61 @@ int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8G
 int fp8_codecs_limit_isa(int level);
 
 }  // namespace cpu
+
+// The CUDA side (kernels/cuda/codec_fp8_*.cu), what compression/codec_fp8.cpp calls from
+// Codec::encode_async / decode_async for fp8_tensor, fp8_block and taco. Each call writes or reads
+// a whole wire message (kernels/codec_wire.h), header included, with the CPU reference's bytes
+// (kernels/cuda/codec_fp8_math.cuh says how).
+//   encode: one kernel reads x once (16-byte loads) and writes header, padding, codes and scales;
+//           fp8_tensor needs the absmax of the whole message first, so it runs two (absmax, then
+//           codes) after a 16-byte memset of the scale section it uses as scratch.
+//   decode: one kernel checks the header on the device (the CPU's checks, in the CPU's order;
+//           a rejection sets *status and leaves `out` untouched) and writes or accumulates out.
+namespace cuda {
+
+// A message as the kernels see it (host-built by compression/codec_fp8.cpp from the codec and
+// the shape).
+struct Fp8DeviceMessage {
+  Fp8GroupSpec spec;
+  uint8_t kind = 0;                       // CodecKind of the codec
+  uint8_t axis = 0;                       // GroupAxis of the codec
+  uint32_t group = 0;                     // the header's group field
+  uint8_t header[kWireHeaderBytes] = {};  // encode: the header to write (the input's dtype)
+  uint64_t payload_bytes = 0;             // at offset kWireHeaderBytes
+  uint64_t scales_offset = 0, scales_bytes = 0, total_bytes = 0;
+};
+
+// x: device fp32 or bf16 [rows, cols]; out: device, total_bytes. `nonfinite_groups` (device
+// int64, may be null) gets the number of poisoned groups added.
+void fp8_encode_device(const void* x, DType dtype, const Fp8DeviceMessage& message, uint8_t* out,
+                       Stream stream, int64_t* nonfinite_groups);
+
+// in: device, `size` bytes; out: device fp32 or bf16 (accumulate: fp32, out += decoded).
+// `status` (device uint32): a rejection writes its WireStatus there unless a non-zero status is
+// already there. `nonfinite_groups` (device int64, may be null): groups decoded to NaN or Inf are
+// added (the count of cpu::fp8_group_decode).
+void fp8_decode_device(const uint8_t* in, size_t size, const Fp8DeviceMessage& message, void* out,
+                       DType out_dtype, bool accumulate, Stream stream, uint32_t* status,
+                       int64_t* nonfinite_groups);
+
+// The two-shot all-reduce's middle step: the `count` messages at in + i * slot (`size` bytes
+// each, all of `message`'s layout) decoded, summed in fp32 in index order and encoded as an
+// fp32 message (`message` built for DType::f32) into out. Grouped codecs: one kernel, every
+// header checked by every block; fp8_tensor: decode-accumulate into `scratch` (count() floats),
+// then encode. `status`, `nonfinite_groups` (groups decoded to NaN or Inf): as
+// fp8_decode_device.
+void fp8_decode_sum_encode_device(const uint8_t* in, size_t slot, int count, size_t size,
+                                  const Fp8DeviceMessage& message, uint8_t* out, float* scratch,
+                                  Stream stream, uint32_t* status, int64_t* nonfinite_groups);
+
+// A measured call's self-check in one pass (codec_fp8_check.cu): `in` (`size` bytes, an
+// encoding of x, device fp32 or bf16 of message.spec's shape) decoded in registers to the values
+// fp8_decode_device writes as `decoded_dtype`, and kernels/roundtrip_error.h's three sums of x
+// against them added into `sums` (device double[3]). `status`: as fp8_decode_device. Returns
+// false, queueing nothing, for fp8_tensor (no grouped kernel): its caller decodes and sums apart.
+bool fp8_decode_error_device(const uint8_t* in, size_t size, const Fp8DeviceMessage& message,
+                             const void* x, DType x_dtype, DType decoded_dtype, double* sums,
+                             Stream stream, uint32_t* status);
+
+}  // namespace cuda
 }  // namespace taco

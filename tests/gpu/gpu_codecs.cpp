@@ -1,4 +1,4 @@
-// The CUDA codecs (compression/cuda/) against the CPU reference (kernels/cpu/codec_fp8.cpp):
+// The CUDA codecs (kernels/cuda/codec_fp8_*) against the CPU reference (kernels/cpu/codec_fp8.cpp):
 // every FP8 codec and option (format, G, scale mode, axis), fp32 and bf16 inputs, shapes whose
 // rows and columns G divides and shapes that leave short tail groups, on fresh random data
 // (Gaussian, sparse outliers, outlier channels, with NaN and Inf, finite values near FLT_MAX that
@@ -226,7 +226,7 @@ const MessageShape kShapes[] = {
     {37, 512},    // whole groups along hidden, and tile counts that leave a warp's last lanes
                   // without a tile (G = 128: 148 tiles, 8 per warp)
     // Along tokens, columns a multiple of 64 take the staged kernels (encode, decode, decode-
-    // accumulate, decode-sum-encode; compression/cuda/token_stage.cuh), other columns the
+    // accumulate, decode-sum-encode; kernels/cuda/codec_fp8_token_stage.cuh), other columns the
     // general ones (and the fp32 encode at G = 512).
     {261, 192},  // 2 * 128 + 5 rows: staged, with a tail group (and, for G < 128, row blocks of
                  // the last stage past the end)

@@ -1,9 +1,9 @@
-// div_by (compression/cuda/div_by.h), the device codecs' division by a per-group value, against
-// IEEE division on the CPU: bit for bit within the stated bounds, on random operands, on
+// div_by (kernels/cuda/codec_fp8_div_by.h), the device codecs' division by a per-group value,
+// against IEEE division on the CPU: bit for bit within the stated bounds, on random operands, on
 // quotients next to rounding midpoints and on signed zeros; and the FP8 code of the quantizer's
 // y / q and the decode's x / a within the bounds the kernels check. The same source runs on the
 // GPU (with __fmul_rn / __fmaf_rn), where gpu_codecs checks the kernels' bytes.
-#include "compression/cuda/div_by.h"
+#include "kernels/cuda/codec_fp8_div_by.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// taco-bench codec (GPU): the device codecs (compression/cuda/) on bf16 messages [n / 1024, 1024]
+// taco-bench codec (GPU): the device codecs (kernels/cuda/) on bf16 messages [n / 1024, 1024]
 // of 1 MB .. 1 GB. For each size and codec: encode (bf16 in + wire out), decode to bf16 (wire in +
 // bf16 out), decode-accumulate into fp32 (wire in + fp32 in + fp32 out) and decode-sum-encode of
 // two messages (the two-shot all-reduce's middle step: 2 wires in + wire out), in GB/s of bytes

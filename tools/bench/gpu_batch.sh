@@ -124,7 +124,7 @@ for part in "${parts[@]}"; do
     obj=$(find $B -name codec_fp8_encode.cu.o | head -1)
     cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
     "$cuobjdump" -sass "$obj" |
-      awk '/Function :/ { p = ($0 ~ /encode_groups_kernelItLi128ELb0ELb1ELNS1_12FixedOptionsE1/) } p' > "$OUT/encode-g128.sass"
+      awk '/Function :/ { p = ($0 ~ /fp8_group_encode_kernelItLi128ELb0ELb1ELNS1_12FixedOptionsE1/) } p' > "$OUT/encode-g128.sass"
     grep -oE '^ +/\*[0-9a-f]+\*/ +(@!?U?P[0-9T] +)?[A-Z0-9_.]+' "$OUT/encode-g128.sass" |
       awk '{ print $NF }' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -30
     ;;
@@ -133,7 +133,7 @@ for part in "${parts[@]}"; do
     # bf16 decode along hidden, the first launch of each under --codecs taco). Per kernel: the
     # details page (speed of light, stall reasons, launch and occupancy) in $OUT/<regex>.txt and
     # the per-SASS-line counters in $OUT/<regex>.csv.
-    for k in ${PROFILE_KERNELS:-encode_groups_kernelItLi128ELb0 decode_groups_kernelItLi128ELb0ELb0}; do
+    for k in ${PROFILE_KERNELS:-fp8_group_encode_kernelItLi128ELb0 fp8_group_decode_kernelItLi128ELb0ELb0}; do
       f=$(echo "$k" | tr -c 'A-Za-z0-9_\n' _)
       ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$k" --launch-count 1 \
         -f -o /tmp/prof --section SourceCounters --section SpeedOfLight --section WarpStateStats \

@@ -1,12 +1,13 @@
 // One tile of a grouped FP8 codec decoded (fp8_block, taco), shared by the decode and
 // decode-sum-encode kernels: load_coded_tile reads a tile's codes and scales, decode_loaded_tile
-// turns them into values in registers exactly as kernels/cpu/codec_fp8.cpp does (fp8_math.cuh),
-// in the lane layout of tile.cuh, and counts the groups decoded to NaN or Inf.
+// turns them into values in registers exactly as kernels/cpu/codec_fp8.cpp does
+// (codec_fp8_math.cuh), in the lane layout of codec_fp8_tile.cuh, and counts the groups decoded to
+// NaN or Inf.
 #pragma once
 
 #include <type_traits>
 
-#include "compression/cuda/group_codec.cuh"
+#include "kernels/cuda/codec_fp8_group.cuh"
 
 namespace taco::cuda::codec {
 
@@ -255,7 +256,7 @@ __device__ __forceinline__ void decode_loaded_tile(const CodedTile<S, kDeferred>
       }
     }
     if (!o.hadamard && o.scales == Fp8Scales::dual) {
-      // div_by within its bounds (div_by.h); e5m2 has infinite codes, which div_by would
+      // div_by within its bounds (codec_fp8_div_by.h); e5m2 has infinite codes, which div_by would
       // turn into NaN.
       if (o.format == Fp8Format::e4m3 && d.a > 0.f &&
           magnitude_within<kDecodeAMinExp, kDecodeAMaxExp>(d.a) &&

@@ -1,11 +1,11 @@
 // The middle step of the two-shot all-reduce on the device: p received messages decoded, summed
 // in fp32 in rank order and re-encoded, in one kernel for the grouped codecs. Each tile is
-// decoded p times into registers (group_decode.cuh, decode_tile), summed there, and quantized
-// (encode_tile): the p inputs are read once and the sum never touches memory. The bytes are the
-// host's: decode_accumulate of each message into zeros, then encode of the fp32 sum.
-#include "compression/cuda/codec_fp8_device.h"
-#include "compression/cuda/group_decode.cuh"
-#include "compression/cuda/token_stage.cuh"
+// decoded p times into registers (codec_fp8_group_decode.cuh, decode_tile), summed there, and
+// quantized (encode_tile): the p inputs are read once and the sum never touches memory. The bytes
+// are the host's: decode_accumulate of each message into zeros, then encode of the fp32 sum.
+#include "kernels/codec_fp8.h"
+#include "kernels/cuda/codec_fp8_group_decode.cuh"
+#include "kernels/cuda/codec_fp8_token_stage.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace taco::cuda {
@@ -14,10 +14,10 @@ namespace {
 
 template <int G, bool kTokens>
 __global__ void __launch_bounds__(kThreads)
-    decode_sum_encode_kernel(const uint8_t* __restrict__ in, uint64_t slot, int count,
-                             uint64_t size, WireExpectation expect, uint8_t* __restrict__ out,
-                             GroupParams p, HeaderParams hp, uint32_t* status,
-                             int64_t* nonfinite_groups) {
+    fp8_group_decode_sum_encode_kernel(const uint8_t* __restrict__ in, uint64_t slot, int count,
+                                       uint64_t size, WireExpectation expect,
+                                       uint8_t* __restrict__ out, GroupParams p, HeaderParams hp,
+                                       uint32_t* status, int64_t* nonfinite_groups) {
   // Every header first: no block writes anything from a rejected message.
   if (!block_accepts_headers(in, slot, count, size, expect, status)) return;
 
@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < count; ++i) {
       const uint8_t* message = in + uint64_t(i) * slot;
       float v[C][R];
-      decode_tile<S, kTokens>(message + wire::kHeaderBytes, message + p.scales_offset, t, li, p, v,
+      decode_tile<S, kTokens>(message + kWireHeaderBytes, message + p.scales_offset, t, li, p, v,
                               poisoned_in);
 #pragma unroll
       for (int c = 0; c < C; ++c) {
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int r = 0; r < R; ++r) sum[c][r] = __fadd_rn(sum[c][r], v[c][r]);
       }
     }
-    encode_tile<S, kTokens>(sum, t, li, p, out + wire::kHeaderBytes, out + p.scales_offset,
+    encode_tile<S, kTokens>(sum, t, li, p, out + kWireHeaderBytes, out + p.scales_offset,
                             poisoned_out);
   }
   add_count(nonfinite_groups, poisoned_in);
@@ -78,10 +78,11 @@ using WholeReduceShape = TileShape<1, G, false, TACO_CODEC_REDUCE_MAX_R>;
 // general kernel's.
 template <int G, FixedOptions kFixed, int kCount>
 __global__ void __launch_bounds__(kThreads, TACO_CODEC_REDUCE_MIN_BLOCKS(G))
-    decode_sum_encode_whole_kernel(const uint8_t* __restrict__ in, uint64_t slot, int count,
-                                   uint64_t size, WireExpectation expect, uint8_t* __restrict__ out,
-                                   GroupParams p, HeaderParams hp, uint32_t* status,
-                                   int64_t* nonfinite_groups) {
+    fp8_group_decode_sum_encode_whole_kernel(const uint8_t* __restrict__ in, uint64_t slot,
+                                             int count, uint64_t size, WireExpectation expect,
+                                             uint8_t* __restrict__ out, GroupParams p,
+                                             HeaderParams hp, uint32_t* status,
+                                             int64_t* nonfinite_groups) {
   if (!block_accepts_headers(in, slot, count, size, expect, status)) return;
   using S = WholeReduceShape<G>;  // codes in 16-byte runs; the values are fp32 in registers
   constexpr int R = S::R, L = S::L;
@@ -91,14 +92,14 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_REDUCE_MIN_BLOCKS(G))
   const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
   const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);  // launched with kThreads
   const int64_t step = warps * S::kTilesPerWarp;
-  uint8_t* const codes_out = out + wire::kHeaderBytes;
+  uint8_t* const codes_out = out + kWireHeaderBytes;
   uint8_t* const scales_out = out + p.scales_offset;
 
   auto load = [&](const TileRef& t, CodedTile<S>(&ct)[kCount]) {
 #pragma unroll
     for (int m = 0; m < kCount; ++m) {
       const uint8_t* message = in + uint64_t(m) * slot;
-      load_coded_tile<S, false, true, false, kFixed>(message + wire::kHeaderBytes,
+      load_coded_tile<S, false, true, false, kFixed>(message + kWireHeaderBytes,
                                                      message + p.scales_offset, t, p, ct[m]);
     }
   };
@@ -137,12 +138,12 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_REDUCE_MIN_BLOCKS(G))
   add_count(nonfinite_groups, poisoned_in);
 }
 
-// Along tokens, staged through shared memory (token_stage.cuh): each stage's codes of all
+// Along tokens, staged through shared memory (codec_fp8_token_stage.cuh): each stage's codes of all
 // `count` messages come in at once (cp.async, one stage ahead: a ring of 2 stages of count code
 // tiles each), each group is decoded from every message in turn and summed in registers in the
 // along-hidden lanes, quantized (encode_tile_codes) into a staging buffer of codes, and those go
 // out as whole rows. The sums and the orders are the general kernel's. Barriers as in
-// encode_token_stages_kernel.
+// fp8_group_encode_token_stages_kernel.
 constexpr int kReduceStages = 2;
 
 template <int G>
@@ -155,10 +156,12 @@ constexpr int kReduceMaxShared = 160 * 1024;  // above (many messages, large G):
 // block per multiprocessor, whose barriers would leave it idle).
 template <int G>
 __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
-    decode_sum_encode_token_stages_kernel(const uint8_t* __restrict__ in, uint64_t slot_bytes,
-                                          int count, uint64_t size, WireExpectation expect,
-                                          uint8_t* __restrict__ out, GroupParams p, HeaderParams hp,
-                                          uint32_t* status, int64_t* nonfinite_groups) {
+    fp8_group_decode_sum_encode_token_stages_kernel(const uint8_t* __restrict__ in,
+                                                    uint64_t slot_bytes, int count, uint64_t size,
+                                                    WireExpectation expect,
+                                                    uint8_t* __restrict__ out, GroupParams p,
+                                                    HeaderParams hp, uint32_t* status,
+                                                    int64_t* nonfinite_groups) {
   // Every header first: no block writes anything from a rejected message.
   if (!block_accepts_headers(in, slot_bytes, count, size, expect, status)) return;
   using TS = TokenStage<G>;
@@ -179,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     const bool any = stage < p.tiles;
     const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
     for (int m = 0; m < count; ++m) {
-      const uint8_t* codes_in = in + uint64_t(m) * slot_bytes + wire::kHeaderBytes;
+      const uint8_t* codes_in = in + uint64_t(m) * slot_bytes + kWireHeaderBytes;
       const uint32_t dst = ring_addr + (slot * count + m) * TS::kCodeBytes;
       // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
 #pragma unroll 4
@@ -246,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     __syncthreads();  // the stage's codes are in the staging buffer
 
     // Whole rows out, as the encode's.
-    uint8_t* codes_out = out + wire::kHeaderBytes;
+    uint8_t* codes_out = out + kWireHeaderBytes;
     // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
 #pragma unroll 4
     for (int k = 0; k < kRows * 16 / kThreads; ++k) {
@@ -285,7 +288,7 @@ void launch(const ReduceArgs& a) {
     if (p.tiles > 0 && shared <= kReduceMaxShared &&
         token_stages_apply<G>(p, /*values_aligned=*/true)) {
       set_token_stages<G>(p);
-      constexpr auto kernel = decode_sum_encode_token_stages_kernel<G>;
+      constexpr auto kernel = fp8_group_decode_sum_encode_token_stages_kernel<G>;
       allow_stage_shared_memory<kernel>(kReduceMaxShared);  // the most any count asks for
       const unsigned blocks = wave_grid<kernel>(p.tiles, 1, shared);
       kernel<<<blocks, kThreads, shared, a.stream>>>(a.in, a.slot, a.count, a.size, a.expect, a.out,
@@ -304,7 +307,8 @@ void launch(const ReduceArgs& a) {
       return with_fixed_options(w, [&](auto fixed) {
         constexpr FixedOptions kFixed = decltype(fixed)::value;
         auto run = [&](auto count) {
-          constexpr auto kernel = decode_sum_encode_whole_kernel<G, kFixed, decltype(count)::value>;
+          constexpr auto kernel =
+              fp8_group_decode_sum_encode_whole_kernel<G, kFixed, decltype(count)::value>;
           const unsigned blocks =
               wave_grid<kernel>(w.tiles, int64_t(kThreads / 32) * W::kTilesPerWarp, 0);
           kernel<<<blocks, kThreads, 0, a.stream>>>(a.in, a.slot, a.count, a.size, a.expect, a.out,
@@ -320,9 +324,9 @@ void launch(const ReduceArgs& a) {
     }
   }
   set_tiles<S, G, kTokens>(p, /*aligned=*/true);  // slots and out are 16-byte aligned
-  const unsigned blocks = wave_grid<decode_sum_encode_kernel<G, kTokens>>(
+  const unsigned blocks = wave_grid<fp8_group_decode_sum_encode_kernel<G, kTokens>>(
       p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, 0);
-  decode_sum_encode_kernel<G, kTokens><<<blocks, kThreads, 0, a.stream>>>(
+  fp8_group_decode_sum_encode_kernel<G, kTokens><<<blocks, kThreads, 0, a.stream>>>(
       a.in, a.slot, a.count, a.size, a.expect, a.out, p, a.hp, a.status, a.nonfinite_groups);
   TACO_LAUNCH_OK();
 }

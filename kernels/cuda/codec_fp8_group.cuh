@@ -1,16 +1,17 @@
 // One tile of a grouped FP8 codec (fp8_block, taco), shared by the encode, decode and
 // decode-sum-encode kernels: the launch helpers, and encode_tile, which quantizes values held in
-// registers into codes and scales exactly as kernels/cpu/codec_fp8.cpp does (fp8_math.cuh), in
-// the lane layout of tile.cuh. The way back (decode_tile) is in group_decode.cuh.
+// registers into codes and scales exactly as kernels/cpu/codec_fp8.cpp does (codec_fp8_math.cuh),
+// in the lane layout of codec_fp8_tile.cuh. The way back (decode_tile) is in
+// codec_fp8_group_decode.cuh.
 #pragma once
 
 #include <cstring>
 #include <type_traits>
 
-#include "compression/cuda/codec_fp8_device.h"
-#include "compression/cuda/fp8_math.cuh"
-#include "compression/cuda/tile.cuh"
-#include "compression/cuda/wire_check.cuh"
+#include "kernels/codec_fp8.h"
+#include "kernels/cuda/codec_fp8_math.cuh"
+#include "kernels/cuda/codec_fp8_tile.cuh"
+#include "kernels/cuda/codec_fp8_wire_check.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/hadamard.h"
 
@@ -18,7 +19,7 @@ namespace taco::cuda::codec {
 
 // The header and the zero padding after payload and scales, written by block 0.
 struct HeaderParams {
-  uint8_t bytes[wire::kHeaderBytes];
+  uint8_t bytes[kWireHeaderBytes];
   uint64_t payload_end;    // 48 + payload bytes; padding up to scales_offset
   uint64_t scales_offset;  //
   uint64_t scales_end;     // scales_offset + scale bytes; padding up to total
@@ -27,8 +28,8 @@ struct HeaderParams {
 
 inline HeaderParams header_params(const Fp8DeviceMessage& m) {
   HeaderParams hp;
-  std::memcpy(hp.bytes, m.header, wire::kHeaderBytes);
-  hp.payload_end = wire::kHeaderBytes + m.payload_bytes;
+  std::memcpy(hp.bytes, m.header, kWireHeaderBytes);
+  hp.payload_end = kWireHeaderBytes + m.payload_bytes;
   hp.scales_offset = m.scales_offset;
   hp.scales_end = m.scales_offset + m.scales_bytes;
   hp.total = m.total_bytes;
@@ -148,7 +149,7 @@ void allow_shared_memory(int bytes) {
 
 __device__ __forceinline__ void write_header_and_padding(uint8_t* out, const HeaderParams& h) {
   if (blockIdx.x != 0) return;
-  for (int i = threadIdx.x; i < int(wire::kHeaderBytes); i += blockDim.x) out[i] = h.bytes[i];
+  for (int i = threadIdx.x; i < int(kWireHeaderBytes); i += blockDim.x) out[i] = h.bytes[i];
   const int pad1 = int(h.scales_offset - h.payload_end), pad2 = int(h.total - h.scales_end);
   for (int i = threadIdx.x; i < pad1 + pad2; i += blockDim.x) {
     out[i < pad1 ? h.payload_end + i : h.scales_end + (i - pad1)] = 0;

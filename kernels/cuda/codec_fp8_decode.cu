@@ -1,20 +1,20 @@
-// Grouped FP8 decode on the device: header check (wire_check.cuh), then per group in registers
-// fp8 -> fp32, times the scale, [Hadamard,] [/ a], stored as fp32 or bf16 or added into fp32.
-// Values identical to kernels/cpu/codec_fp8.cpp (NaN payloads aside: a GPU add or multiply on a
-// NaN returns the canonical NaN where the CPU keeps the operand's).
+// Grouped FP8 decode on the device: header check (codec_fp8_wire_check.cuh), then per group in
+// registers fp8 -> fp32, times the scale, [Hadamard,] [/ a], stored as fp32 or bf16 or added into
+// fp32. Values identical to kernels/cpu/codec_fp8.cpp (NaN payloads aside: a GPU add or multiply on
+// a NaN returns the canonical NaN where the CPU keeps the operand's).
 #include <cuda_bf16.h>
 
-#include "compression/cuda/codec_fp8_device.h"
-#include "compression/cuda/group_decode.cuh"
-#include "compression/cuda/token_stage.cuh"
+#include "kernels/codec_fp8.h"
+#include "kernels/cuda/codec_fp8_group_decode.cuh"
+#include "kernels/cuda/codec_fp8_token_stage.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace taco::cuda {
 namespace codec {
 namespace {
 
-// The decode kernels' tile shape (tile.cuh): R up to TACO_CODEC_DECODE_MAX_R for bf16 outputs,
-// TACO_CODEC_DECODE_F32_MAX_R for fp32 ones.
+// The decode kernels' tile shape (codec_fp8_tile.cuh): R up to TACO_CODEC_DECODE_MAX_R for bf16
+// outputs, TACO_CODEC_DECODE_F32_MAX_R for fp32 ones.
 template <class TOut, int G, bool kTokens>
 using DecodeShape =
     TileShape<int(sizeof(TOut)), G, kTokens,
@@ -115,8 +115,8 @@ __device__ __forceinline__ void store_tile(const Sink& sink, const TileRef& t, c
   }
 }
 
-// Blocks per SM the decode is built for: along hidden per output type (tile.cuh); along tokens
-// 2, where 3 made ptxas spill up to 860 bytes (fp32 outputs) and the decode-accumulate along
+// Blocks per SM the decode is built for: along hidden per output type (codec_fp8_tile.cuh); along
+// tokens 2, where 3 made ptxas spill up to 860 bytes (fp32 outputs) and the decode-accumulate along
 // tokens fell from ~1170 to ~865 GB/s (H200, 2026-12-03).
 template <class TOut, bool kTokens>
 constexpr int decode_min_blocks() {
@@ -131,15 +131,15 @@ constexpr int decode_min_blocks() {
 template <class TOut, int G, bool kTokens, bool kAccumulate, bool kWhole,
           FixedOptions kFixed = FixedOptions::none>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks<TOut, kTokens>())
-    decode_groups_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
-                         TOut* __restrict__ out, GroupParams p, uint32_t* status,
-                         int64_t* nonfinite_groups) {
+    fp8_group_decode_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
+                            TOut* __restrict__ out, GroupParams p, uint32_t* status,
+                            int64_t* nonfinite_groups) {
   if (!block_accepts_header(in, size, expect, status)) return;
   using S = DecodeShape<TOut, G, kTokens>;
   constexpr int R = S::R, L = S::L, C = S::C, kRun = S::kRun;
   const Sink<TOut, kAccumulate> sink{out};
   const int lane = threadIdx.x % 32, li = lane % L;
-  const uint8_t* codes_in = in + wire::kHeaderBytes;
+  const uint8_t* codes_in = in + kWireHeaderBytes;
   const uint8_t* scales = in + p.scales_offset;
   int64_t poisoned_groups = 0;
   const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
@@ -257,10 +257,10 @@ __device__ __forceinline__ void tensor_values(const uint32_t (&w)[2], float mul,
 
 template <class TOut, bool kAccumulate>
 __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
-    decode_tensor_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
-                         TOut* __restrict__ out, int64_t n, uint64_t scales_offset,
-                         Fp8Format format, bool vectorized, uint32_t* status,
-                         int64_t* nonfinite_groups) {
+    fp8_tensor_decode_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
+                             TOut* __restrict__ out, int64_t n, uint64_t scales_offset,
+                             Fp8Format format, bool vectorized, uint32_t* status,
+                             int64_t* nonfinite_groups) {
   if (!block_accepts_header(in, size, expect, status)) return;
   const Sink<TOut, kAccumulate> sink{out};
   if (n == 0) return;  // no scale section to read
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   if (d.poisoned && blockIdx.x == 0 && threadIdx.x == 0 && nonfinite_groups != nullptr) {
     atomicAdd(reinterpret_cast<unsigned long long*>(nonfinite_groups), 1ull);
   }
-  const uint8_t* codes = in + wire::kHeaderBytes;
+  const uint8_t* codes = in + kWireHeaderBytes;
   // CPU: table[code] * mul / a with a = 1, which is table[code] * mul exactly.
   auto value = [&](uint32_t code) {
     return d.poisoned ? quiet_nan() : __fmul_rn(from_fp8(code, format), d.mul);
@@ -315,16 +315,17 @@ struct DecodeArgs {
   cudaStream_t stream;
 };
 
-// Along tokens, staged through shared memory (token_stage.cuh), the mirror of the encode's: each
-// stage's codes come in through a ring of kCodeStages stages (cp.async of kCodeCopy bytes), its
-// groups are decoded in the along-hidden lanes (decode_loaded_tile) into a staging buffer of
-// output values (bf16 or fp32), and those go out as whole rows of 16-byte accesses (added to the
-// fp32 output where kAccumulate). Barriers as in encode_token_stages_kernel.
+// Along tokens, staged through shared memory (codec_fp8_token_stage.cuh), the mirror of the
+// encode's: each stage's codes come in through a ring of kCodeStages stages (cp.async of kCodeCopy
+// bytes), its groups are decoded in the along-hidden lanes (decode_loaded_tile) into a staging
+// buffer of output values (bf16 or fp32), and those go out as whole rows of 16-byte accesses (added
+// to the fp32 output where kAccumulate). Barriers as in fp8_group_encode_token_stages_kernel.
 template <class TOut, bool kAccumulate, int G, FixedOptions kFixed>
 __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
-    decode_token_stages_kernel(const uint8_t* __restrict__ in, uint64_t size,
-                               WireExpectation expect, TOut* __restrict__ out, GroupParams p,
-                               uint32_t* status, int64_t* nonfinite_groups) {
+    fp8_group_decode_token_stages_kernel(const uint8_t* __restrict__ in, uint64_t size,
+                                         WireExpectation expect, TOut* __restrict__ out,
+                                         GroupParams p, uint32_t* status,
+                                         int64_t* nonfinite_groups) {
   if (!block_accepts_header(in, size, expect, status)) return;  // the whole block returns
   using TS = TokenStage<G>;
   using S = typename TS::S;
@@ -339,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   uint8_t* const codes = reinterpret_cast<uint8_t*>(stage_shared);  // kStages x kCodeBytes
   uint8_t* const values = codes + kStages * TS::kCodeBytes;         // kRows x W x E
   const uint32_t codes_addr = detail::smem_addr(codes);
-  const uint8_t* codes_in = in + wire::kHeaderBytes;
+  const uint8_t* codes_in = in + kWireHeaderBytes;
   const uint8_t* scales = in + p.scales_offset;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, li = lane % L;
   int64_t poisoned_groups = 0;
@@ -439,7 +440,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
 template <class TOut, bool kAccumulate, int G, FixedOptions kFixed>
 void launch_decode_token_stages(const DecodeArgs& a, const GroupParams& p, TOut* out) {
   using TS = TokenStage<G>;
-  constexpr auto kernel = decode_token_stages_kernel<TOut, kAccumulate, G, kFixed>;
+  constexpr auto kernel = fp8_group_decode_token_stages_kernel<TOut, kAccumulate, G, kFixed>;
   constexpr int shared = TS::kCodeStages * TS::kCodeBytes + TS::kRows * TS::W * int(sizeof(TOut));
   allow_stage_shared_memory<kernel>(shared);
   const unsigned blocks = wave_grid<kernel>(p.tiles, 1, shared);
@@ -456,7 +457,7 @@ void launch_decode_kernel(const DecodeArgs& a, const GroupParams& p, TOut* out) 
   if constexpr (!kTokens) {
     if (p.vectorized) shared = DecodeRing<S, TOut>::kBlockBytes;
   }
-  constexpr auto kernel = decode_groups_kernel<TOut, G, kTokens, kAccumulate, kWhole, kFixed>;
+  constexpr auto kernel = fp8_group_decode_kernel<TOut, G, kTokens, kAccumulate, kWhole, kFixed>;
   allow_shared_memory<kernel>(shared);
   const unsigned blocks =
       wave_grid<kernel>(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, shared);
@@ -511,9 +512,9 @@ void decode_typed(const DecodeArgs& a, const Fp8DeviceMessage& m, TOut* out) {
   const Fp8GroupSpec& s = m.spec;
   if (s.group == 0) {
     const int64_t n = s.count();
-    const unsigned blocks =
-        wave_grid<decode_tensor_kernel<TOut, kAccumulate>>(n, int64_t(kThreads) * kTensorRun, 0);
-    decode_tensor_kernel<TOut, kAccumulate><<<blocks, kThreads, 0, a.stream>>>(
+    const unsigned blocks = wave_grid<fp8_tensor_decode_kernel<TOut, kAccumulate>>(
+        n, int64_t(kThreads) * kTensorRun, 0);
+    fp8_tensor_decode_kernel<TOut, kAccumulate><<<blocks, kThreads, 0, a.stream>>>(
         a.in, a.size, a.expect, out, n, m.scales_offset, s.format, detail::aligned16(out), a.status,
         a.nonfinite_groups);
     TACO_LAUNCH_OK();

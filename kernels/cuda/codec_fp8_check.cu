@@ -1,6 +1,6 @@
 // The self-check of a measured compressed call in one pass: this rank's own encoding of x is
-// decoded tile by tile into registers (group_decode.cuh's decode_tile, the values decode writes)
-// and its error against x is summed there, so the decoded message never touches memory. The
+// decoded tile by tile into registers (codec_fp8_group_decode.cuh's decode_tile, the values decode
+// writes) and its error against x is summed there, so the decoded message never touches memory. The
 // separate path (decode into a buffer, then kernels/cuda/roundtrip_error.cu over x and the
 // buffer) moves wire + 4 + 2 + 4 bytes per bf16 element; this one moves wire + 2.
 // Sums as kernels/roundtrip_error.h defines them, in double, in two stages of fixed shape (one
@@ -8,8 +8,8 @@
 // adding the partials in order), so a result is the same from run to run.
 #include <cmath>
 
-#include "compression/cuda/codec_fp8_device.h"
-#include "compression/cuda/group_decode.cuh"
+#include "kernels/codec_fp8.h"
+#include "kernels/cuda/codec_fp8_group_decode.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace taco::cuda {
@@ -87,16 +87,17 @@ __device__ __forceinline__ void add_tile_error(const TX* x, const TileRef& t, co
 // block]. A block whose header check fails writes zeros (the status word carries the error).
 template <int G, bool kTokens, class TX>
 __global__ void __launch_bounds__(kThreads)
-    decode_error_kernel(const uint8_t* __restrict__ in, uint64_t size, WireExpectation expect,
-                        const TX* __restrict__ x, bool decoded_bf16, GroupParams p,
-                        uint32_t* status, double* partials) {
+    fp8_group_decode_error_kernel(const uint8_t* __restrict__ in, uint64_t size,
+                                  WireExpectation expect, const TX* __restrict__ x,
+                                  bool decoded_bf16, GroupParams p, uint32_t* status,
+                                  double* partials) {
   __shared__ double shared[32];
   ErrorSums s;
   if (block_accepts_header(in, size, expect, status)) {
     using S = TileShape<4, G, kTokens>;  // fp32 values, as the reduce kernel decodes them
     constexpr int L = S::L;
     const int lane = threadIdx.x % 32, li = lane % L;
-    const uint8_t* codes_in = in + wire::kHeaderBytes;
+    const uint8_t* codes_in = in + kWireHeaderBytes;
     const uint8_t* scales = in + p.scales_offset;
     int64_t poisoned = 0;  // not reported: the call's own decode counts the receivers' groups
     const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
@@ -121,7 +122,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // One block: each thread adds its stride of partials in order, then the block sums in its fixed
 // order, into sums.
-__global__ void add_partials_kernel(double* sums, const double* partials, unsigned blocks) {
+__global__ void fp8_decode_error_add_partials_kernel(double* sums, const double* partials,
+                                                     unsigned blocks) {
   __shared__ double shared[32];
   for (int k = 0; k < 3; ++k) {
     double mine = 0;
@@ -149,14 +151,14 @@ void launch(const CheckArgs& a) {
   GroupParams p = a.p;
   const TX* x = static_cast<const TX*>(a.x);
   set_tiles<S, G, kTokens>(p, detail::aligned16(x));
-  constexpr auto kernel = decode_error_kernel<G, kTokens, TX>;
+  constexpr auto kernel = fp8_group_decode_error_kernel<G, kTokens, TX>;
   const unsigned blocks = wave_grid<kernel>(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, 0);
   auto* partials =
       static_cast<double*>(detail::scratch(a.stream, 3 * size_t(blocks) * sizeof(double)));
   kernel<<<blocks, kThreads, 0, a.stream>>>(a.in, a.size, a.expect, x, a.decoded_bf16, p, a.status,
                                             partials);
   TACO_LAUNCH_OK();
-  add_partials_kernel<<<1, kThreads, 0, a.stream>>>(a.sums, partials, blocks);
+  fp8_decode_error_add_partials_kernel<<<1, kThreads, 0, a.stream>>>(a.sums, partials, blocks);
   TACO_LAUNCH_OK();
 }
 

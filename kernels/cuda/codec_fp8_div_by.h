@@ -1,7 +1,7 @@
 // Division by a per-group value without a division per element, bit for bit the correctly
 // rounded quotient, and the bounds within which the device codecs use it. Host and device: the
-// device kernels (fp8_math.cuh) call it, and tests/unit/test_div_by.cpp checks the arithmetic on
-// the CPU against IEEE division.
+// device kernels (codec_fp8_math.cuh) call it, and tests/unit/test_div_by.cpp checks the arithmetic
+// on the CPU against IEEE division.
 //
 // div_by(y, d, rd) with rd = 1 / d rounded to nearest: z = y * rd, then twice z -= (d * z - y) *
 // rd, each remainder d * z - y exact in one FMA. This is the sequence of CUDA's own correctly

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "compression/cuda/codec_fp8_device.h"
+#include "kernels/codec_fp8.h"
 
 namespace taco::cuda::codec {
 
@@ -28,14 +28,16 @@ __device__ __forceinline__ bool is_group_size_device(uint32_t g) {
   return g == 32 || g == 64 || g == 128 || g == 256 || g == 512;
 }
 
-__device__ __forceinline__ uint64_t round16(uint64_t n) { return (n + 15) / 16 * 16; }
+__device__ __forceinline__ uint64_t round16(uint64_t n) {
+  return (n + kWireAlign - 1) / kWireAlign * kWireAlign;
+}
 
 // wire_layout(...).total_bytes for checked fields.
 __device__ __forceinline__ uint64_t wire_total_bytes(uint8_t kind, uint8_t dtype, uint8_t scales,
                                                      uint8_t axis, uint32_t group, uint64_t rows,
                                                      uint64_t cols) {
   const uint64_t n = rows * cols;
-  if (kind == wire::kKindNone) return wire::kHeaderBytes + round16(n * (dtype == 0 ? 4 : 2));
+  if (kind == uint8_t(CodecKind::none)) return kWireHeaderBytes + round16(n * (dtype == 0 ? 4 : 2));
   uint64_t groups = 0;
   if (n != 0) {
     if (group == 0) {
@@ -45,58 +47,60 @@ __device__ __forceinline__ uint64_t wire_total_bytes(uint8_t kind, uint8_t dtype
     }
   }
   const uint64_t per_group = scales == 0 ? 8 : scales == 1 ? 4 : 1;
-  return wire::kHeaderBytes + round16(n) + round16(groups * per_group);
+  return kWireHeaderBytes + round16(n) + round16(groups * per_group);
 }
 
-__device__ __forceinline__ wire::Status check_wire_header(const uint8_t* in, uint64_t size,
-                                                          const WireExpectation& e) {
-  if (size < 4) return wire::truncated;
-  if (read_le(in, 4) != wire::kMagic) return wire::bad_magic;
-  if (size < wire::kHeaderBytes) return wire::truncated;
-  if (read_le(in + 4, 2) != wire::kVersion) return wire::bad_version;
+__device__ __forceinline__ WireStatus check_wire_header(const uint8_t* in, uint64_t size,
+                                                        const WireExpectation& e) {
+  namespace off = wire_offset;
+  if (size < 4) return WireStatus::truncated;
+  if (read_le(in + off::magic, 4) != kWireMagic) return WireStatus::bad_magic;
+  if (size < kWireHeaderBytes) return WireStatus::truncated;
+  if (read_le(in + off::version, 2) != kWireVersion) return WireStatus::bad_version;
   uint32_t h = 2166136261u;
-  for (int i = 0; i < 44; ++i) h = (h ^ in[i]) * 16777619u;
-  if (read_le(in + 44, 4) != h) return wire::bad_checksum;
+  for (int i = 0; i < int(off::checksum); ++i) h = (h ^ in[i]) * 16777619u;
+  if (read_le(in + off::checksum, 4) != h) return WireStatus::bad_checksum;
 
-  const uint8_t kind = in[6], dtype = in[7], format = in[8], scales = in[9], axis = in[10];
-  if (kind > wire::kKindTaco || (dtype != 0 && dtype != 1) || format > 1 || scales > 2 ||
-      axis > 1 || in[11] != 0 || read_le(in + 40, 4) != 0) {
-    return wire::bad_field;
+  const uint8_t kind = in[off::codec], dtype = in[off::dtype], format = in[off::format],
+                scales = in[off::scales], axis = in[off::axis];
+  if (kind > uint8_t(CodecKind::taco) || (dtype != 0 && dtype != 1) || format > 1 || scales > 2 ||
+      axis > 1 || in[off::reserved8] != 0 || read_le(in + off::reserved32, 4) != 0) {
+    return WireStatus::bad_field;
   }
-  const uint32_t group = uint32_t(read_le(in + 12, 4));
-  if (group > (1u << 16)) return wire::bad_field;
+  const uint32_t group = uint32_t(read_le(in + off::group, 4));
+  if (group > (1u << 16)) return WireStatus::bad_field;
   // canonical(options) == options && validate(options, false).empty()
   bool valid = true;
   switch (kind) {
-    case wire::kKindNone:
+    case uint8_t(CodecKind::none):
       valid = format == 0 && group == 0 && scales == uint8_t(Fp8Scales::single) && axis == 0;
       break;
-    case wire::kKindFp8Tensor:
+    case uint8_t(CodecKind::fp8_tensor):
       valid = group == 0 && scales == uint8_t(Fp8Scales::single) && axis == 0;
       break;
-    case wire::kKindFp8Block:
+    case uint8_t(CodecKind::fp8_block):
       valid = scales != uint8_t(Fp8Scales::dual) && is_group_size_device(group);
       break;
-    case wire::kKindTaco:
+    case uint8_t(CodecKind::taco):
       valid = is_group_size_device(group);
       break;
   }
-  if (!valid) return wire::bad_field;
-  const uint64_t rows = read_le(in + 16, 4), cols = read_le(in + 20, 4);
-  if (rows > 0x7FFFFFFFu || cols > 0x7FFFFFFFu) return wire::bad_field;
-  if (rows * cols > uint64_t(wire::kMaxElements)) return wire::bad_field;
-  if (read_le(in + 24, 8) != rows * cols) return wire::bad_field;
-  const uint64_t total = read_le(in + 32, 8);
+  if (!valid) return WireStatus::bad_field;
+  const uint64_t rows = read_le(in + off::rows, 4), cols = read_le(in + off::cols, 4);
+  if (rows > 0x7FFFFFFFu || cols > 0x7FFFFFFFu) return WireStatus::bad_field;
+  if (rows * cols > uint64_t(kMaxWireElements)) return WireStatus::bad_field;
+  if (read_le(in + off::count, 8) != rows * cols) return WireStatus::bad_field;
+  const uint64_t total = read_le(in + off::total, 8);
   if (total != wire_total_bytes(kind, dtype, scales, axis, group, rows, cols)) {
-    return wire::bad_field;
+    return WireStatus::bad_field;
   }
-  if (size != total) return wire::size_mismatch;
-  if (kind != e.kind) return wire::wrong_codec;
+  if (size != total) return WireStatus::size_mismatch;
+  if (kind != e.kind) return WireStatus::wrong_codec;
   if (format != e.format || group != e.group || scales != e.scales || axis != e.axis) {
-    return wire::wrong_options;
+    return WireStatus::wrong_options;
   }
-  if (rows != e.rows || cols != e.cols) return wire::wrong_shape;
-  return wire::ok;
+  if (rows != e.rows || cols != e.cols) return WireStatus::wrong_shape;
+  return WireStatus::ok;
 }
 
 // The block's verdict on the headers of `count` messages at in + i * stride (`size` bytes each),

@@ -17,8 +17,8 @@
 
 #include <cstdint>
 
-#include "compression/cuda/div_by.h"
 #include "kernels/codec_fp8.h"
+#include "kernels/cuda/codec_fp8_div_by.h"
 #include "kernels/cuda/cp_async.cuh"
 
 namespace taco::cuda::codec {

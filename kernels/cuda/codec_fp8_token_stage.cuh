@@ -1,9 +1,9 @@
 // The staged path of the grouped FP8 codecs along tokens (columns a multiple of W):
 // a block copies a stage of kRows rows x W columns into shared memory with coalesced 16-byte
 // copies, and its warps then take the stage's column groups out of shared memory in the lane
-// layout of the along-hidden path (tile.cuh: TileShape<2, G, false>, L lanes x R elements per
-// group, runs of K = 8), so that each group's transform, sum of squares, scales and rounding run
-// the along-hidden code. That code orders its butterflies and sums by group element, which is
+// layout of the along-hidden path (codec_fp8_tile.cuh: TileShape<2, G, false>, L lanes x R elements
+// per group, runs of K = 8), so that each group's transform, sum of squares, scales and rounding
+// run the along-hidden code. That code orders its butterflies and sums by group element, which is
 // what the CPU reference does for a group along tokens too (kernels/cpu/codec_fp8.cpp gathers it
 // into a contiguous row first), so the bytes stay the reference's. The other side (codes of the
 // encode, values of the decode) goes back through shared memory so that global writes are whole
@@ -31,7 +31,7 @@
 // any XOR within a row keeps conflict-free.
 #pragma once
 
-#include "compression/cuda/tile.cuh"
+#include "kernels/cuda/codec_fp8_tile.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace taco::cuda::codec {

@@ -1,11 +1,12 @@
 // Grouped FP8 encode on the device (fp8_block, taco; fp8_tensor below): bytes identical to
 // kernels/cpu/codec_fp8.cpp. Per group, in registers: non-finite count, [adaptive scale,
-// Hadamard,] absmax, codes, scales. Shapes and lanes: tile.cuh; arithmetic: fp8_math.cuh.
+// Hadamard,] absmax, codes, scales. Shapes and lanes: codec_fp8_tile.cuh; arithmetic:
+// codec_fp8_math.cuh.
 #include <cstring>
 
-#include "compression/cuda/codec_fp8_device.h"
-#include "compression/cuda/group_codec.cuh"
-#include "compression/cuda/token_stage.cuh"
+#include "kernels/codec_fp8.h"
+#include "kernels/cuda/codec_fp8_group.cuh"
+#include "kernels/cuda/codec_fp8_token_stage.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/hadamard.h"
 
@@ -120,14 +121,14 @@ constexpr int encode_min_blocks() {
 // message's.
 template <class T, int G, bool kTokens, bool kWhole, FixedOptions kFixed>
 __global__ void __launch_bounds__(kThreads, encode_min_blocks<G, kTokens>())
-    encode_groups_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, GroupParams p,
-                         HeaderParams hp, int64_t* nonfinite_groups) {
+    fp8_group_encode_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, GroupParams p,
+                            HeaderParams hp, int64_t* nonfinite_groups) {
   using S = TileShape<int(sizeof(T)), G, kTokens>;
   constexpr int R = S::R, L = S::L, C = S::C, kRun = S::kRun;
   write_header_and_padding(out, hp);
 
   const int lane = threadIdx.x % 32, li = lane % L;
-  uint8_t* codes_out = out + wire::kHeaderBytes;
+  uint8_t* codes_out = out + kWireHeaderBytes;
   uint8_t* scales = out + p.scales_offset;
   int64_t poisoned_groups = 0;
   const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
@@ -225,7 +226,7 @@ constexpr int token_encode_shared() {
 }
 constexpr int kTokenStagesMaxShared = 200 * 1024;
 
-// Along tokens, staged through shared memory (token_stage.cuh): each block takes stages
+// Along tokens, staged through shared memory (codec_fp8_token_stage.cuh): each block takes stages
 // t = blockIdx.x, + gridDim.x, ...; their values come in through a ring of kStages stages
 // (cp.async, stages ahead of the arithmetic), and each stage's codes go out through one staging
 // buffer. Per stage: wait for its copies and a barrier (its values visible to every thread, and
@@ -234,8 +235,9 @@ constexpr int kTokenStagesMaxShared = 200 * 1024;
 // buffer; a barrier; the codes out as whole rows.
 template <class T, int G, FixedOptions kFixed>
 __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
-    encode_token_stages_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, GroupParams p,
-                               HeaderParams hp, int64_t* nonfinite_groups) {
+    fp8_group_encode_token_stages_kernel(const T* __restrict__ x, uint8_t* __restrict__ out,
+                                         GroupParams p, HeaderParams hp,
+                                         int64_t* nonfinite_groups) {
   using TS = TokenStage<G>;
   using S = typename TS::S;
   constexpr int R = S::R, L = S::L, K = S::K, W = TS::W, kRows = TS::kRows;
@@ -247,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   uint8_t* const values = reinterpret_cast<uint8_t*>(stage_shared);  // kStages x kValueBytes
   uint8_t* const codes = values + kStages * kValueBytes;             // kCodeBytes
   const uint32_t values_addr = detail::smem_addr(values);
-  uint8_t* codes_out = out + wire::kHeaderBytes;
+  uint8_t* codes_out = out + kWireHeaderBytes;
   uint8_t* scales = out + p.scales_offset;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, li = lane % L;
   int64_t poisoned_groups = 0;
@@ -333,7 +335,7 @@ template <class T, int G, FixedOptions kFixed>
 void launch_encode_token_stages(const T* x, uint8_t* out, const GroupParams& p,
                                 const HeaderParams& hp, int64_t* nonfinite_groups,
                                 cudaStream_t stream) {
-  constexpr auto kernel = encode_token_stages_kernel<T, G, kFixed>;
+  constexpr auto kernel = fp8_group_encode_token_stages_kernel<T, G, kFixed>;
   constexpr int shared = token_encode_shared<G, T>();
   allow_stage_shared_memory<kernel>(shared);
   const unsigned blocks = wave_grid<kernel>(p.tiles, 1, shared);
@@ -351,8 +353,8 @@ constexpr int kTensorRun = 8;
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
-    tensor_absmax_kernel(const T* __restrict__ x, int64_t n, uint8_t* out, HeaderParams hp,
-                         float target, bool vectorized, int64_t* nonfinite_groups) {
+    fp8_tensor_absmax_kernel(const T* __restrict__ x, int64_t n, uint8_t* out, HeaderParams hp,
+                             float target, bool vectorized, int64_t* nonfinite_groups) {
   write_header_and_padding(out, hp);
   uint32_t* scratch = reinterpret_cast<uint32_t*>(out + hp.scales_offset);
   float m = 0.f;
@@ -402,11 +404,11 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
-    tensor_codes_kernel(const T* __restrict__ x, int64_t n, uint8_t* __restrict__ out,
-                        uint64_t scales_offset, Fp8Format format, bool vectorized) {
+    fp8_tensor_codes_kernel(const T* __restrict__ x, int64_t n, uint8_t* __restrict__ out,
+                            uint64_t scales_offset, Fp8Format format, bool vectorized) {
   // A poisoned (NaN) or zero scale: every code 0.
   const Quantizer qz = quotient_quantizer(get_f32(out + scales_offset));
-  uint8_t* codes = out + wire::kHeaderBytes;
+  uint8_t* codes = out + kWireHeaderBytes;
   auto code = [&](float v) -> uint32_t {
     return qz.mode == Quantizer::kZero
                ? 0u
@@ -443,7 +445,7 @@ template <class T, int G, bool kTokens, bool kWhole, FixedOptions kFixed = Fixed
 void launch_encode_kernel(const T* x, uint8_t* out, const GroupParams& p, const HeaderParams& hp,
                           int64_t* nonfinite_groups, cudaStream_t stream) {
   using S = TileShape<int(sizeof(T)), G, kTokens>;
-  constexpr auto kernel = encode_groups_kernel<T, G, kTokens, kWhole, kFixed>;
+  constexpr auto kernel = fp8_group_encode_kernel<T, G, kTokens, kWhole, kFixed>;
   int shared = 0;
   if constexpr (!kTokens) {
     if (p.vectorized) shared = EncodeRing<S>::kBlockBytes;
@@ -512,12 +514,12 @@ void encode_typed(const T* x, const Fp8DeviceMessage& m, uint8_t* out, cudaStrea
       hp.scales_end = hp.total;
       TACO_CUDA_OK(cudaMemsetAsync(out + m.scales_offset, 0, 16, stream));
       const int64_t per_block = int64_t(kThreads) * kTensorRun;
-      tensor_absmax_kernel<T>
-          <<<wave_grid<tensor_absmax_kernel<T>>(n, per_block, 0), kThreads, 0, stream>>>(
+      fp8_tensor_absmax_kernel<T>
+          <<<wave_grid<fp8_tensor_absmax_kernel<T>>(n, per_block, 0), kThreads, 0, stream>>>(
               x, n, out, hp, fp8_max(s.format), x_aligned, nonfinite_groups);
       TACO_LAUNCH_OK();
-      tensor_codes_kernel<T>
-          <<<wave_grid<tensor_codes_kernel<T>>(n, per_block, 0), kThreads, 0, stream>>>(
+      fp8_tensor_codes_kernel<T>
+          <<<wave_grid<fp8_tensor_codes_kernel<T>>(n, per_block, 0), kThreads, 0, stream>>>(
               x, n, out, m.scales_offset, s.format, x_aligned);
       TACO_LAUNCH_OK();
       return;

@@ -7,7 +7,7 @@
 // --use_fast_math would turn divisions into approximations.
 //
 // A group of G values lives in the registers of L = G / R lanes of one warp, in runs of K
-// consecutive elements (tile.cuh): register r of lane li holds group element
+// consecutive elements (codec_fp8_tile.cuh): register r of lane li holds group element
 // li * K + (r / K) * L * K + r % K. An element index's low log2(K) bits are a register bit, the
 // next log2(L) bits the lane, the high bits a register bit again. The butterflies of the
 // Walsh-Hadamard transform (ascending h, as in kernels/hadamard.h) and of the sum of squares
@@ -21,8 +21,8 @@
 
 #include <cstdint>
 
-#include "compression/cuda/div_by.h"
 #include "kernels/codec_fp8.h"
+#include "kernels/cuda/codec_fp8_div_by.h"
 
 namespace taco::cuda::codec {
 
