@@ -133,19 +133,19 @@ const Codec* CompressedSiteComm::codec_for(Site site, int layer, CommOp op, cons
 bool CompressedSiteComm::auto_compresses(Site site, int layer, CommOp op, const Tensor& t, int rows,
                                          const Codec& candidate) {
   if (!autotune_) autotune_ = std::make_unique<CodecAutotune>(comm_, policy_.auto_margin());
-  // The path on_device() would take, without making its collectives.
-  const bool device_codec = t.device != DeviceKind::cpu && candidate.has_device_path() &&
-                            std::string_view(communicator().backend()) != "mpi";
-  const AutoMessage m{site,     layer,       op, t.dtype, shape_of(t.numel, rows, site),
-                      t.device, device_codec};
+  const AutoMessage m{
+      site, layer, op, t.dtype, shape_of(t.numel, rows, site), t.device, device_path(t, candidate)};
   return autotune_->compress(m, candidate);
 }
 
-bool CompressedSiteComm::on_device(const Tensor& t, const Codec& codec) {
+bool CompressedSiteComm::device_path(const Tensor& t, const Codec& codec) const {
   // A plain MPI communicator moves host memory only: its device tensors are staged below.
-  if (t.device == DeviceKind::cpu || !codec.has_device_path() ||
-      std::string_view(communicator().backend()) == "mpi")
-    return false;
+  return t.device != DeviceKind::cpu && codec.has_device_path() &&
+         std::string_view(communicator().backend()) != "mpi";
+}
+
+bool CompressedSiteComm::on_device(const Tensor& t, const Codec& codec) {
+  if (!device_path(t, codec)) return false;
   if (!device_collectives_)
     device_collectives_ =
         std::make_unique<DeviceCompressedCollectives>(communicator(), policy_.chunks());

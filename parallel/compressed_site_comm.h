@@ -85,6 +85,8 @@ class CompressedSiteComm : public SiteComm {
   bool auto_compresses(Site site, int layer, CommOp op, const Tensor& t, int rows,
                        const Codec& candidate);
   // Whether a message in `t` with `codec` takes the device path; makes its collectives then.
+  // Whether a message of t with codec runs the device collectives (else it is staged on the host).
+  bool device_path(const Tensor& t, const Codec& codec) const;
   bool on_device(const Tensor& t, const Codec& codec);
   // Host memory of a tensor: itself, or a copy of a device tensor in `stage` (copy = false
   // sizes it only); write_back copies a staged result to the device.
