@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -28,6 +29,9 @@ std::string shell_quote_single(const std::string& s) {
 }  // namespace
 
 uint64_t fresh_seed() {
+  // TACO_TEST_SEED replays the seed a failure printed.
+  if (const char* fixed = std::getenv("TACO_TEST_SEED"); fixed && *fixed)
+    return std::strtoull(fixed, nullptr, 10);
   std::random_device rd;
   return (uint64_t(rd()) << 32) ^ rd() ^
          uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());

@@ -11,7 +11,8 @@
 namespace taco::test {
 
 // A seed that differs on every run (printed by the test on failure through SCOPED_TRACE), so
-// kernels are checked on fresh inputs, never on a fixed lucky case.
+// kernels are checked on fresh inputs, never on a fixed lucky case. TACO_TEST_SEED=<n> in the
+// environment replays a printed seed.
 uint64_t fresh_seed();
 
 std::vector<float> random_normal(size_t n, uint64_t seed, float mean = 0.f, float stddev = 1.f);

@@ -427,17 +427,28 @@ TEST_F(CodecRoundTrip, TacoBeatsPerTensorScalingOnOutliers) {
     EXPECT_GE(e_tensor / e_taco, 2.5) << "fp8_tensor " << e_tensor << ", taco " << e_taco;
   }
   // Outliers at 100 sigma (DESIGN.md §4: 2.73e-2 vs 2.49e-2 on 1M elements): the bulk stays in
-  // E4M3's normal range under either scale, so taco gains only 1.03x to 1.13x (20 seeds at this
-  // size); we require it not to lose. Its mean per-channel error is worse: every outlier's
+  // E4M3's normal range under either scale, so taco gains little, and on one message of this
+  // size the gain varies with where the outliers fall: 1.002x to 1.145x over 300 seeds (mean
+  // 1.068x, sd 0.026), and one seed in CI lost by 0.3%. So the claim that taco does not lose is
+  // checked on the mean error of four independent messages, which halves that spread (about
+  // 5 sd from a loss). Its mean per-channel error is worse on each message: every outlier's
   // energy lands on the rest of its group.
   {
     const MessageShape s{1536, 768};
-    const std::vector<float> x = with_outliers(
-        test::random_normal(size_t(s.count()), seed_ + 2, 0.f, 1e-3f), seed_ + 3, 1e-3, 100.f);
-    const Errors e_tensor = errors_of(tensor, x, s), e_taco = errors_of(taco, x, s);
-    EXPECT_LE(e_taco.global, e_tensor.global);
-    EXPECT_NEAR(e_taco.global, 2.49e-2, 0.15 * 2.49e-2);
-    EXPECT_GT(e_taco.mean_channel, 1.5 * e_tensor.mean_channel);
+    constexpr int kMessages = 4;
+    double sum_tensor = 0, sum_taco = 0;
+    for (int m = 0; m < kMessages; ++m) {
+      SCOPED_TRACE("message " + std::to_string(m));
+      const uint64_t seed = seed_ + 2 + 2 * uint64_t(m);
+      const std::vector<float> x = with_outliers(
+          test::random_normal(size_t(s.count()), seed, 0.f, 1e-3f), seed + 1, 1e-3, 100.f);
+      const Errors e_tensor = errors_of(tensor, x, s), e_taco = errors_of(taco, x, s);
+      EXPECT_NEAR(e_taco.global, 2.49e-2, 0.15 * 2.49e-2);
+      EXPECT_GT(e_taco.mean_channel, 1.5 * e_tensor.mean_channel);
+      sum_tensor += e_tensor.global;
+      sum_taco += e_taco.global;
+    }
+    EXPECT_LE(sum_taco / kMessages, sum_tensor / kMessages);
   }
 }
 
