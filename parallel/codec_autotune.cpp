@@ -10,13 +10,8 @@
 #include "engine/runtime/arena.h"
 #include "kernels/check.h"
 #include "parallel/compressed_collectives.h"
+#include "parallel/staging_engine.h"
 #include "parallel/watchdog.h"
-
-#if TACO_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "engine/runtime/cuda_check.h"
-#endif
 
 namespace taco {
 
@@ -29,11 +24,7 @@ double since(Clock::time_point t0) {
 
 // Waits for the device work queued so far (nothing to wait for on the CPU).
 void synchronize(DeviceKind memory) {
-#if TACO_HAVE_CUDA
-  if (memory == DeviceKind::cuda) TACO_CHECK_CUDA(cudaStreamSynchronize(nullptr));
-#else
-  (void)memory;
-#endif
+  if (memory == DeviceKind::cuda) wait_for_stream(nullptr);
 }
 
 // Device or host memory freed on scope exit.
@@ -213,7 +204,7 @@ CodecThroughput CodecAutotune::bench(const AutoMessage& m, const Codec& codec) {
   const void* host_x = m.dtype == DType::bf16 ? static_cast<const void*>(values_bf16.data())
                                               : static_cast<const void*>(values.data());
   double encode_s = 0, decode_s = 0;
-  const WireContext where{site_name(m.site), -1};
+  const WireContext where{m.site, m.layer, -1};
   if (m.device_codec) {
     Scratch x(DeviceKind::cuda, bytes), wire(DeviceKind::cuda, encoded),
         out(DeviceKind::cuda, bytes), words(DeviceKind::cuda, 16);

@@ -6,15 +6,10 @@
 #include <chrono>
 #include <cstring>
 
+#include "engine/runtime/device.h"
 #include "kernels/check.h"
-#include "parallel/staging_engine.h"
-
-#if TACO_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "engine/runtime/cuda_check.h"
 #include "parallel/staged_sum.h"
-#endif
+#include "parallel/staging_engine.h"
 
 namespace taco {
 
@@ -36,21 +31,6 @@ bool summable(DType dtype, ReduceOp op) {
 constexpr int kHostIn = 0, kHostOut = 1, kHostGather = 2;
 constexpr int kDeviceSlots = 0, kScratchIn = 1, kScratchOut = 2;
 }  // namespace
-
-bool is_device_pointer(const void* p) {
-#if TACO_HAVE_CUDA
-  if (!p) return false;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();  // plain host memory on older runtimes reports an error: clear it
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice;
-#else
-  (void)p;
-  return false;
-#endif
-}
 
 const char* staged_reduce_name(StagedReduce mode) {
   switch (mode) {
@@ -100,15 +80,9 @@ const char* HostStagedCommunicator::reduce_path(CommOp op, DType dtype, size_t b
 
 const void* HostStagedCommunicator::in(const void* p, size_t bytes, int slot, Stream stream) {
   if (!is_device_pointer(p)) return p;
-#if TACO_HAVE_CUDA
   void* h = engine_->host(slot, bytes);
-  TACO_CHECK_CUDA(cudaStreamSynchronize(stream));
-  TACO_CHECK_CUDA(cudaMemcpy(h, p, bytes, cudaMemcpyDeviceToHost));
+  engine_->to_host(h, p, bytes, stream);
   return h;
-#else
-  (void)bytes, (void)slot, (void)stream;
-  return p;
-#endif
 }
 
 void* HostStagedCommunicator::out(void* p, size_t bytes, int slot) {
@@ -117,11 +91,7 @@ void* HostStagedCommunicator::out(void* p, size_t bytes, int slot) {
 
 void HostStagedCommunicator::copy_back(void* device, const void* host, size_t bytes) {
   if (device == host || bytes == 0) return;
-#if TACO_HAVE_CUDA
-  TACO_CHECK_CUDA(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
-#else
-  std::memcpy(device, host, bytes);
-#endif
+  engine_->to_device(device, host, bytes);
 }
 
 // --- pipelined device paths ------------------------------------------------------------------
@@ -191,7 +161,6 @@ double HostStagedCommunicator::device_all_reduce(const void* send, void* recv, s
     };
     return engine_->run(plan, send, h, recv, h, stream, wire);
   }
-#if TACO_HAVE_CUDA
   const int p = size(), me = rank();
   const std::vector<staging::Range> chunks = staging::even_chunks(count, es, p);
   const staging::Range mine = chunks[size_t(me)];
@@ -220,15 +189,11 @@ double HostStagedCommunicator::device_all_reduce(const void* send, void* recv, s
     const size_t lo = std::min(one.pieces[j].begin, mine.bytes);
     const size_t hi = std::min(one.pieces[j].end, mine.bytes);
     if (hi == lo) return;
-    staged_sum_async(at(send, mine.offset + lo), at(slots, lo), stride / es, p, me,
-                     at(recv, mine.offset + lo), (hi - lo) / es, dtype, up);
+    if constexpr (built_with_cuda())
+      staged_sum_async(at(send, mine.offset + lo), at(slots, lo), stride / es, p, me,
+                       at(recv, mine.offset + lo), (hi - lo) / es, dtype, up);
   };
-  const double waited = engine_->run_chained(first, second, stream, sum_slice);
-  return waited;
-#else
-  (void)send, (void)recv, (void)stream;
-  throw Error("host staging in a build without CUDA", 1);
-#endif
+  return engine_->run_chained(first, second, stream, sum_slice);
 }
 
 double HostStagedCommunicator::device_reduce_scatter(const void* send, void* recv,
@@ -248,7 +213,6 @@ double HostStagedCommunicator::device_reduce_scatter(const void* send, void* rec
     };
     return engine_->run(plan, send, hs, recv, hr, stream, wire);
   }
-#if TACO_HAVE_CUDA
   std::vector<staging::Range> ranges(static_cast<size_t>(p));
   for (int q = 0; q < p; ++q) ranges[size_t(q)] = {size_t(q) * chunk, chunk};
   void* slots = engine_->device(kDeviceSlots, bytes);
@@ -256,14 +220,11 @@ double HostStagedCommunicator::device_reduce_scatter(const void* send, void* rec
       exchange(staging::plan_exchange(ranges, ranges, me, piece_bytes_), send,
                engine_->host(kHostIn, bytes), slots, engine_->host(kHostOut, bytes), stream);
   const Stream up = engine_->up_stream();
-  staged_sum_async(at(send, size_t(me) * chunk), slots, recv_count, p, me, recv, recv_count, dtype,
-                   up);
-  TACO_CHECK_CUDA(cudaStreamSynchronize(up));  // the reduction: compute, not staging
+  if constexpr (built_with_cuda())
+    staged_sum_async(at(send, size_t(me) * chunk), slots, recv_count, p, me, recv, recv_count,
+                     dtype, up);
+  wait_for_stream(up);  // the reduction: compute, not staging
   return waited;
-#else
-  (void)me, (void)send, (void)recv, (void)stream;
-  throw Error("host staging in a build without CUDA", 1);
-#endif
 }
 
 // --- the choice of path ----------------------------------------------------------------------
@@ -283,7 +244,6 @@ bool HostStagedCommunicator::use_two_shot(CommOp op, DType dtype, size_t count, 
 }
 
 bool HostStagedCommunicator::calibrate(CommOp op, DType dtype, size_t count, Stream stream) {
-#if TACO_HAVE_CUDA
   const bool reduce = op == CommOp::all_reduce;
   const size_t es = dtype_size(dtype);
   const size_t in_bytes = count * es * (reduce ? 1 : size_t(size())), out_bytes = count * es;
@@ -291,7 +251,7 @@ bool HostStagedCommunicator::calibrate(CommOp op, DType dtype, size_t count, Str
   void* out = engine_->device(kScratchOut, out_bytes);
   // Any finite values: 0x3c3c is bf16 0.0115 (0x3c3c3c3c the same in fp32); out of place, so the
   // input never grows.
-  TACO_CHECK_CUDA(cudaMemset(in, 0x3c, in_bytes));
+  engine_->fill(in, 0x3c, in_bytes);
   float ms[2] = {0, 0};
   for (int two = 0; two < 2; ++two) {
     auto call = [&] {
@@ -318,10 +278,6 @@ bool HostStagedCommunicator::calibrate(CommOp op, DType dtype, size_t count, Str
         staging::size_class(in_bytes), ms[0], ms[1], two ? "two_shot" : "native");
   }
   return two;
-#else
-  (void)op, (void)dtype, (void)count, (void)stream;
-  return false;
-#endif
 }
 
 // --- the collectives -------------------------------------------------------------------------
@@ -332,16 +288,11 @@ void HostStagedCommunicator::all_reduce(const void* send, void* recv, size_t cou
   const size_t bytes = count * dtype_size(dtype);
   double staged = 0, calibrating = 0;  // the first call of a size class measures: not counted
   if (size() == 1 && is_device_pointer(send) && is_device_pointer(recv)) {
-#if TACO_HAVE_CUDA
     // A group of one: the reduction is the input; nothing crosses the link.
     TACO_CHECK(dtype == DType::f32 || dtype == DType::bf16,
                "group " + name() + ": all_reduce of dtype " + dtype_name(dtype) +
                    " is not supported (fp32, bf16)");
-    if (send != recv && bytes > 0) {
-      TACO_CHECK_CUDA(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, stream));
-    }
-    TACO_CHECK_CUDA(cudaStreamSynchronize(stream));
-#endif
+    engine_->copy_on_device(recv, send, bytes, stream);
   } else if (is_device_pointer(send) && is_device_pointer(recv)) {
     const auto tc = clock_type::now();
     const bool two = use_two_shot(CommOp::all_reduce, dtype, count, op, stream);
@@ -461,15 +412,7 @@ void HostStagedCommunicator::broadcast(void* buf, size_t count, DType dtype, int
 
 void HostStagedCommunicator::barrier(Stream stream) {
   const auto t0 = clock_type::now();
-#if TACO_HAVE_CUDA
-  // Work queued before the barrier is done when it returns (no device: nothing to wait for).
-  static const bool has_device = [] {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  }();
-  if (has_device) TACO_CHECK_CUDA(cudaStreamSynchronize(stream));
-  cudaGetLastError();
-#endif
+  wait_for_stream(stream);  // work queued before the barrier is done when it returns
   host_.barrier(stream);
   record(CommOp::barrier, 0, seconds_since(t0));
 }

@@ -53,9 +53,6 @@ namespace taco {
 
 class StagingEngine;
 
-// Is `p` in device memory (CUDA builds; false elsewhere and for nullptr)?
-bool is_device_pointer(const void* p);
-
 // parallel.staged_reduce: which path a host-staged sum takes.
 enum class StagedReduce : uint8_t { automatic, native, two_shot };
 const char* staged_reduce_name(StagedReduce mode);  // "auto", "native", "two_shot"

@@ -12,7 +12,8 @@
 // run() returns the host seconds spent in the waits of 3 and 4: staging copies that did not
 // hide behind a transfer (CommOpStats::staging_seconds). Host buffers (pinned, per slot) and
 // device scratch buffers (per slot) grow on demand and are kept. A build without CUDA has the
-// class, and every method throws taco::Error (the communicator never calls it there).
+// class, and every method that would touch a device throws taco::Error (the communicator never
+// calls those there: no pointer is a device pointer).
 #pragma once
 
 #include <cstddef>
@@ -40,6 +41,15 @@ class StagingEngine {
 
   // The stream the up copies (and the reductions that follow them) run on.
   Stream up_stream();
+
+  // Blocking copies for the paths that do not pipeline (host buffers, point to point, the
+  // serial fallbacks): to_host first waits for `after` (the caller's writes to `dev`).
+  void to_host(void* host, const void* dev, size_t bytes, Stream after);
+  void to_device(void* dev, const void* host, size_t bytes);
+  // dst = src within device memory, queued on `stream` and waited for.
+  void copy_on_device(void* dst, const void* src, size_t bytes, Stream stream);
+  // Sets `bytes` of device memory at p to the byte `value` (the calibration's input).
+  void fill(void* p, unsigned char value, size_t bytes);
 
   // Runs `plan` as the header describes: down copies from dev_src to host_down, wire(j) for
   // piece j, up copies from host_up to dev_dst, plan.local as device copies dev_src -> dev_dst
@@ -69,5 +79,12 @@ class StagingEngine {
   struct Cuda;
   std::unique_ptr<Cuda> cuda_;
 };
+
+// Is `p` in device memory? False for nullptr, for host memory, and always in a build without
+// CUDA.
+bool is_device_pointer(const void* p);
+
+// Waits for the work queued on `stream`; returns at once where no CUDA device is present.
+void wait_for_stream(Stream stream);
 
 }  // namespace taco

@@ -102,6 +102,44 @@ Stream StagingEngine::up_stream() {
   return cuda_->up;
 }
 
+void StagingEngine::to_host(void* host, const void* dev, size_t bytes, Stream after) {
+  TACO_CHECK_CUDA(cudaStreamSynchronize(after));
+  TACO_CHECK_CUDA(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+}
+
+void StagingEngine::to_device(void* dev, const void* host, size_t bytes) {
+  TACO_CHECK_CUDA(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+}
+
+void StagingEngine::copy_on_device(void* dst, const void* src, size_t bytes, Stream stream) {
+  if (dst != src && bytes > 0)
+    TACO_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  TACO_CHECK_CUDA(cudaStreamSynchronize(stream));
+}
+
+void StagingEngine::fill(void* p, unsigned char value, size_t bytes) {
+  TACO_CHECK_CUDA(cudaMemset(p, value, bytes));
+}
+
+bool is_device_pointer(const void* p) {
+  if (!p) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // plain host memory on older runtimes reports an error: clear it
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice;
+}
+
+void wait_for_stream(Stream stream) {
+  static const bool has_device = [] {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  }();
+  if (has_device) TACO_CHECK_CUDA(cudaStreamSynchronize(stream));
+  cudaGetLastError();  // a failed device count leaves its error behind: clear it
+}
+
 namespace {
 
 void queue_copy(const staging::Copy& c, void* dst_dev, const void* src_host, void* dst_host,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "engine/runtime/device.h"
 #include "kernels/adamw.h"
 #include "kernels/check.h"
 
@@ -20,9 +21,7 @@ AdamW::AdamW(const ParamLayout& layout, DType param_dtype, DeviceKind device,
   const bool cuda_bf16 = device == DeviceKind::cuda && param_dtype == DType::bf16;
   TACO_CHECK(cpu_fp32 || cuda_bf16, "AdamW runs fp32 parameters on the CPU, bf16 on CUDA");
   TACO_CHECK(shard.total() == layout.total(), "AdamW: the shard splits another buffer");
-#if !TACO_HAVE_CUDA
-  TACO_CHECK(!cuda_bf16, "AdamW on CUDA in a build without CUDA");
-#endif
+  TACO_CHECK(built_with_cuda() || !cuda_bf16, "AdamW on CUDA in a build without CUDA");
   // The layout is contiguous: merge neighbours with the same decay into one launch.
   for (const ParamInfo& p : layout.params()) {
     const size_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel(), end_);
@@ -63,12 +62,10 @@ void AdamW::load_initial(const float* host) {
   }
   device_copy(master_.data, host + begin_, (end_ - begin_) * sizeof(float), device_,
               DeviceKind::cpu);
-#if TACO_HAVE_CUDA
   // Every rank starts from the same weights: bf16 copies of all of them, not just the shard.
   std::vector<bf16> all(n);
   for (size_t i = 0; i < n; ++i) all[i] = float_to_bf16(host[i]);
   device_copy(params_.data, all.data(), n * sizeof(bf16), device_, DeviceKind::cpu);
-#endif
 }
 
 void AdamW::update(const Tensor& params, const Tensor& grads, double lr, float grad_scale,
@@ -93,17 +90,16 @@ void AdamW::update(const Tensor& params, const Tensor& grads, double lr, float g
     }
     return;
   }
-#if TACO_HAVE_CUDA
-  // All ranges in one launch (a few for deep models), on the legacy default stream in order with
+  // bf16 parameters exist on CUDA only (checked when constructed). All ranges in one launch (a few for deep models), on the legacy default stream in order with
   // the model's ops; parameters rounded to nearest from the master (the master carries the small
   // updates, so no stochastic rounding is needed).
   std::vector<cuda::AdamWRange> ranges;
   ranges.reserve(ranges_.size());
   for (const Range& r : ranges_)
     ranges.push_back({r.offset, r.offset - begin_, r.numel, r.decay ? hp.weight_decay : 0.f});
-  cuda::adamw_update(params.as<bf16>(), master_.as<float>(), grads.as<bf16>(), m_.as<float>(),
-                     v_.as<float>(), ranges, hp, cuda::kRoundToNearest, nullptr);
-#endif
+  if constexpr (built_with_cuda())
+    cuda::adamw_update(params.as<bf16>(), master_.as<float>(), grads.as<bf16>(), m_.as<float>(),
+                       v_.as<float>(), ranges, hp, cuda::kRoundToNearest, nullptr);
 }
 
 }  // namespace taco
