@@ -25,8 +25,8 @@ std::string candidate_name(const CalibrationCandidate& c) {
 
 }  // namespace
 
-GroupCalibrator::GroupCalibrator(std::string site, CodecOptions base, int steps, double tolerance)
-    : site_(std::move(site)), base_(base), steps_(steps), tolerance_(tolerance) {
+GroupCalibrator::GroupCalibrator(Site site, CodecOptions base, int steps, double tolerance)
+    : site_(site), base_(base), steps_(steps), tolerance_(tolerance) {
   TACO_CHECK(base.kind == CodecKind::fp8_block || base.kind == CodecKind::taco,
              "only grouped codecs are calibrated, not " + describe(base));
   for (GroupAxis axis : {GroupAxis::hidden, GroupAxis::token}) {
@@ -68,7 +68,7 @@ void GroupCalibrator::measure(const std::vector<float>& x, MessageShape shape, M
     const auto codec = make_codec(canonical(o));
     buf.resize(codec->max_encoded_size(shape, DType::f32));
     codec->encode(x.data(), shape, buf.data(), buf.size());
-    codec->decode(buf.data(), buf.size(), shape, xhat.data(), WireContext{site_, -1});
+    codec->decode(buf.data(), buf.size(), shape, xhat.data(), WireContext{site_, -1, -1});
     c.bytes_per_element = double(buf.size()) / double(shape.count());
 
     a.errors.add(x.data(), xhat.data(), shape.rows, shape.cols);
@@ -79,7 +79,7 @@ void GroupCalibrator::measure(const std::vector<float>& x, MessageShape shape, M
 
 CalibrationChoice GroupCalibrator::choice() const {
   CalibrationChoice ch;
-  ch.site = site_;
+  ch.site = site_name(site_);
   ch.tensors = tensors_;
   ch.steps = steps_seen_;
   auto score = [&](const CalibrationCandidate& c) {

@@ -55,7 +55,7 @@ struct CalibrationChoice {
 class GroupCalibrator {
  public:
   // `base`: the site's codec (fp8_block or taco; its group and axis are what is chosen).
-  GroupCalibrator(std::string site, CodecOptions base, int steps, double tolerance = 0.10);
+  GroupCalibrator(Site site, CodecOptions base, int steps, double tolerance = 0.10);
 
   // One tensor the site sent. Only the first kMaxRows rows are measured, to bound the cost.
   void observe(const float* x, MessageShape shape);
@@ -78,7 +78,7 @@ class GroupCalibrator {
   };
   void measure(const std::vector<float>& x, MessageShape shape, MessageShape full);
 
-  std::string site_;
+  Site site_;
   CodecOptions base_;
   int steps_;
   double tolerance_;

@@ -217,6 +217,13 @@ WireStatus read_wire_header(const uint8_t* in, size_t size, WireHeader* h, std::
   return WireStatus::ok;
 }
 
+std::string wire_site(const WireContext& context) {
+  if (!context.site) return "?";
+  std::string s = site_name(*context.site);
+  if (context.layer >= 0) s += " layer " + std::to_string(context.layer);
+  return s;
+}
+
 void throw_wire_error(WireStatus status, const std::string& detail, size_t size,
                       const WireContext& context) {
   const char* todo = "";
@@ -236,8 +243,7 @@ void throw_wire_error(WireStatus status, const std::string& detail, size_t size,
       break;
   }
   const int rank = context.rank >= 0 ? context.rank : error_rank();
-  throw UserError("rank " + std::to_string(rank) + ": site " +
-                  (context.site.empty() ? std::string("?") : context.site) +
+  throw UserError("rank " + std::to_string(rank) + ": site " + wire_site(context) +
                   ": rejected compressed buffer (" + std::to_string(size) +
                   " bytes): " + wire_status_name(status) + ": " + detail + "; " + todo);
 }

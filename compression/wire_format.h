@@ -15,9 +15,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "compression/codec_options.h"
+#include "compression/sites.h"
 #include "kernels/codec_wire.h"
 #include "kernels/dtype.h"
 
@@ -69,12 +71,16 @@ WireStatus read_wire_header(const uint8_t* in, size_t size, WireHeader* header,
 
 // Where a buffer came from, for the one-line error.
 struct WireContext {
-  std::string site;  // e.g. "attn.out.fwd"
-  int rank = -1;     // -1: the process's error rank (kernels/check.h)
+  std::optional<Site> site;  // the message's site; none for a bench's or a test's own buffer
+  int layer = -1;            // the model layer of a per-layer site, else -1
+  int rank = -1;             // -1: the process's error rank (kernels/check.h)
 };
 
+// "attn.out.fwd layer 3", "dp.grad", or "?" without a site: how errors name the context.
+std::string wire_site(const WireContext& context);
+
 // Throws UserError: "rank R: site S: rejected compressed buffer (N bytes): <status>: <detail>;
-// <what to do>".
+// <what to do>", S as wire_site() writes it.
 [[noreturn]] void throw_wire_error(WireStatus status, const std::string& detail, size_t size,
                                    const WireContext& context);
 

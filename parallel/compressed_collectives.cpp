@@ -73,7 +73,7 @@ void CompressedCollectives::require_even_rows(MessageShape full, int parts, cons
   const int64_t split = full.rows == 1 ? full.cols : full.rows;
   if (split % parts == 0) return;
   throw UserError("rank " + std::to_string(where.rank >= 0 ? where.rank : error_rank()) +
-                  ": site " + where.site + ": compressed " + op + " of [" +
+                  ": site " + wire_site(where) + ": compressed " + op + " of [" +
                   std::to_string(full.rows) + ", " + std::to_string(full.cols) + "] over " +
                   std::to_string(parts) + " ranks: " + (full.rows == 1 ? "elements" : "rows") +
                   " must be a multiple of the group size (each rank holds 1/" +
@@ -112,7 +112,8 @@ size_t CompressedCollectives::slot_size(const Codec& codec, const Chunks& chunks
 
 int64_t CompressedCollectives::encode_chunks(const Codec& codec, const void* x, DType dtype,
                                              const Chunks& chunks, size_t slot, uint8_t* buf,
-                                             CompressedCall& call, bool measure) {
+                                             const WireContext& where, CompressedCall& call,
+                                             bool measure) {
   int64_t poisoned = 0;
   for (size_t c = 0; c < chunks.shape.size(); ++c) {
     const MessageShape s = chunks.shape[c];
@@ -126,7 +127,7 @@ int64_t CompressedCollectives::encode_chunks(const Codec& codec, const void* x, 
     poisoned += r.nonfinite_groups;
     if (measure && s.count() > 0) {
       check_.resize(size_t(s.count()));
-      codec.decode(out, r.bytes, s, check_.data(), WireContext{"self-check", -1});
+      codec.decode(out, r.bytes, s, check_.data(), where);
       add_error(x, dtype, chunks.offset[c], check_.data(), s.count(), call);
     }
   }
@@ -142,7 +143,7 @@ size_t CompressedCollectives::reduce_chunks(const Codec& codec, const void* x, D
   const size_t slot = slot_size(codec, chunks, dtype);
   send_.resize(size_t(p) * slot);
   recv_.resize(size_t(p) * slot);
-  encode_chunks(codec, x, dtype, chunks, slot, send_.data(), call, measure);
+  encode_chunks(codec, x, dtype, chunks, slot, send_.data(), where, call, measure);
   comm_.all_to_all(send_.data(), recv_.data(), slot, DType::u8, nullptr);
   const size_t mine_bytes = codec.max_encoded_size(mine, dtype);
   std::fill(acc, acc + mine.count(), 0.f);
@@ -246,13 +247,15 @@ CompressedCall CompressedCollectives::all_gather(const Codec& codec, const void*
 }
 
 CompressedCall CompressedCollectives::send(const Codec& codec, const void* x, DType dtype,
-                                           MessageShape shape, int peer, int tag, bool measure) {
+                                           MessageShape shape, int peer, int tag,
+                                           const WireContext& where, bool measure) {
   check_dtype(dtype);
   CompressedCall call;
   Chunks one{{shape}, {0}};
   const size_t bytes = codec.max_encoded_size(shape, dtype);
   send_.resize(bytes);
-  call.nonfinite_groups = encode_chunks(codec, x, dtype, one, bytes, send_.data(), call, measure);
+  call.nonfinite_groups =
+      encode_chunks(codec, x, dtype, one, bytes, send_.data(), where, call, measure);
   comm_.send(send_.data(), bytes, DType::u8, peer, tag, nullptr);
   call.wire_bytes = bytes;
   return call;
@@ -281,7 +284,8 @@ CompressedCall CompressedCollectives::send_recv(const Side& out, int dst, const 
   const size_t in_bytes = in.codec->max_encoded_size(in.shape, dtype);
   send_.resize(out_bytes);
   recv_.resize(in_bytes);
-  encode_chunks(*out.codec, out.data, dtype, one, out_bytes, send_.data(), call, measure);
+  encode_chunks(*out.codec, out.data, dtype, one, out_bytes, send_.data(), out.where, call,
+                measure);
   comm_.send_recv(send_.data(), out_bytes, dst, recv_.data(), in_bytes, src, DType::u8, tag,
                   nullptr);
   const CodecTime timed(call);

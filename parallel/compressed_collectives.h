@@ -64,7 +64,7 @@ class CompressedCollectives {
                             MessageShape full, const WireContext& where, bool measure);
   // Point to point with `tag`; both sides pass the same codec and shape.
   CompressedCall send(const Codec& codec, const void* x, DType dtype, MessageShape shape, int peer,
-                      int tag, bool measure);
+                      int tag, const WireContext& where, bool measure);
   CompressedCall recv(const Codec& codec, void* x, DType dtype, MessageShape shape, int peer,
                       int tag, const WireContext& where);
   // Sends `out` to `dst` and receives `in` from `src` in one exchange; each side has its codec.
@@ -115,7 +115,8 @@ class CompressedCollectives {
   // Encodes chunk c of `x` into slot c of `buf` (zero-padding the slot), adding to `call`;
   // returns the groups encoded as NaN.
   int64_t encode_chunks(const Codec& codec, const void* x, DType dtype, const Chunks& chunks,
-                        size_t slot, uint8_t* buf, CompressedCall& call, bool measure);
+                        size_t slot, uint8_t* buf, const WireContext& where, CompressedCall& call,
+                        bool measure);
 
   Communicator& comm_;
   std::vector<uint8_t> send_, recv_;

@@ -28,7 +28,7 @@ MessageShape shape_of(size_t numel, int rows, Site site) {
   return MessageShape{rows, int64_t(numel / size_t(rows))};
 }
 
-WireContext where(Site site) { return WireContext{site_name(site), -1}; }
+WireContext where(Site site, int layer) { return WireContext{site, layer, -1}; }
 
 }  // namespace
 
@@ -45,8 +45,8 @@ SiteCalibration::SiteCalibration(CompressionPolicy& policy) : policy_(policy) {
       const bool grouped = base.kind == CodecKind::fp8_block || base.kind == CodecKind::taco;
       if (grouped && base.group == kAutoGroup) break;
     }
-    pending_.emplace_back(
-        site, std::make_unique<GroupCalibrator>(site_name(site), base, policy.calibrate_steps()));
+    pending_.emplace_back(site,
+                          std::make_unique<GroupCalibrator>(site, base, policy.calibrate_steps()));
   }
 }
 
@@ -197,11 +197,12 @@ void CompressedSiteComm::all_reduce(const Tensor& x, int rows, Site site, int la
   CompressedCall call;
   if (on_device(x, *codec)) {
     observe_device(site, x, shape);
-    call = device_collectives_->all_reduce(*codec, x.data, x.dtype, shape, where(site), measure_);
+    call = device_collectives_->all_reduce(*codec, x.data, x.dtype, shape, where(site, layer),
+                                           measure_);
   } else {
     void* data = host(x, stage_in_, true);
     observe(site, data, x.dtype, shape);
-    call = collectives_.all_reduce(*codec, data, x.dtype, shape, where(site), measure_);
+    call = collectives_.all_reduce(*codec, data, x.dtype, shape, where(site, layer), measure_);
     write_back(x, stage_in_);
   }
   record(site, CommOp::all_reduce, x.bytes(), call, since(t0));
@@ -221,12 +222,13 @@ void CompressedSiteComm::reduce_scatter(const Tensor& in, const Tensor& out, int
   if (on_device(in, *codec) && out.device == in.device) {
     observe_device(site, in, full);
     call = device_collectives_->reduce_scatter(*codec, in.data, out.data, in.dtype, full,
-                                               where(site), measure_);
+                                               where(site, layer), measure_);
   } else {
     const void* src = host(in, stage_in_, true);
     void* dst = host(out, stage_out_, false);
     observe(site, src, in.dtype, full);
-    call = collectives_.reduce_scatter(*codec, src, dst, in.dtype, full, where(site), measure_);
+    call =
+        collectives_.reduce_scatter(*codec, src, dst, in.dtype, full, where(site, layer), measure_);
     write_back(out, stage_out_);
   }
   record(site, CommOp::reduce_scatter, in.bytes(), call, since(t0));
@@ -247,13 +249,13 @@ void CompressedSiteComm::all_gather(const Tensor& in, const Tensor& out, int row
   CompressedCall call;
   if (on_device(in, *codec) && out.device == in.device) {
     observe_device(site, in, shard);
-    call = device_collectives_->all_gather(*codec, in.data, out.data, in.dtype, full, where(site),
-                                           measure_);
+    call = device_collectives_->all_gather(*codec, in.data, out.data, in.dtype, full,
+                                           where(site, layer), measure_);
   } else {
     const void* src = host(in, stage_in_, true);
     void* dst = host(out, stage_out_, false);
     observe(site, src, in.dtype, shard);
-    call = collectives_.all_gather(*codec, src, dst, in.dtype, full, where(site), measure_);
+    call = collectives_.all_gather(*codec, src, dst, in.dtype, full, where(site, layer), measure_);
     write_back(out, stage_out_);
   }
   record(site, CommOp::all_gather, out.bytes(), call, since(t0));
@@ -268,11 +270,13 @@ void CompressedSiteComm::send(const Tensor& x, int peer, Site site, int layer) {
   CompressedCall call;
   if (on_device(x, *codec)) {
     observe_device(site, x, shape);
-    call = device_collectives_->send(*codec, x.data, x.dtype, shape, peer, /*tag=*/0, measure_);
+    call = device_collectives_->send(*codec, x.data, x.dtype, shape, peer, /*tag=*/0,
+                                     where(site, layer), measure_);
   } else {
     const void* data = host(x, stage_in_, true);
     observe(site, data, x.dtype, shape);
-    call = collectives_.send(*codec, data, x.dtype, shape, peer, /*tag=*/0, measure_);
+    call = collectives_.send(*codec, data, x.dtype, shape, peer, /*tag=*/0, where(site, layer),
+                             measure_);
   }
   record(site, CommOp::send, x.bytes(), call, since(t0));
 }
@@ -285,10 +289,11 @@ void CompressedSiteComm::recv(const Tensor& x, int peer, Site site, int layer) {
   const MessageShape shape = shape_of(x.numel, 0, site);
   CompressedCall call;
   if (on_device(x, *codec)) {
-    call = device_collectives_->recv(*codec, x.data, x.dtype, shape, peer, /*tag=*/0, where(site));
+    call = device_collectives_->recv(*codec, x.data, x.dtype, shape, peer, /*tag=*/0,
+                                     where(site, layer));
   } else {
     void* data = host(x, stage_out_, false);
-    call = collectives_.recv(*codec, data, x.dtype, shape, peer, /*tag=*/0, where(site));
+    call = collectives_.recv(*codec, data, x.dtype, shape, peer, /*tag=*/0, where(site, layer));
     write_back(x, stage_out_);
   }
   record(site, CommOp::recv, x.bytes(), call, since(t0));
@@ -321,16 +326,16 @@ void CompressedSiteComm::send_recv(const Tensor& out, int dst, Site out_site, co
   CompressedCall call;
   if (on_device(out, *out_codec) && on_device(in, *in_codec)) {
     observe_device(out_site, out, out_shape);
-    call = device_collectives_->send_recv({out_codec, out.data, out_shape, where(out_site)}, dst,
-                                          {in_codec, in.data, in_shape, where(in_site)}, src,
-                                          out.dtype, /*tag=*/0, measure_);
+    call = device_collectives_->send_recv({out_codec, out.data, out_shape, where(out_site, -1)},
+                                          dst, {in_codec, in.data, in_shape, where(in_site, -1)},
+                                          src, out.dtype, /*tag=*/0, measure_);
   } else {
     const void* out_data = host(out, stage_in_, true);
     void* in_data = host(in, stage_out_, false);
     observe(out_site, out_data, out.dtype, out_shape);
     call = collectives_.send_recv(
-        {out_codec, const_cast<void*>(out_data), out_shape, where(out_site)}, dst,
-        {in_codec, in_data, in_shape, where(in_site)}, src, out.dtype, /*tag=*/0, measure_);
+        {out_codec, const_cast<void*>(out_data), out_shape, where(out_site, -1)}, dst,
+        {in_codec, in_data, in_shape, where(in_site, -1)}, src, out.dtype, /*tag=*/0, measure_);
     write_back(in, stage_out_);
   }
   const double seconds = since(t0);

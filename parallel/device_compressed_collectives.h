@@ -90,7 +90,7 @@ class DeviceCompressedCollectives {
                             MessageShape full, const WireContext& where, bool measure,
                             Stream stream = nullptr);
   CompressedCall send(const Codec& codec, const void* x, DType dtype, MessageShape shape, int peer,
-                      int tag, bool measure, Stream stream = nullptr);
+                      int tag, const WireContext& where, bool measure, Stream stream = nullptr);
   CompressedCall recv(const Codec& codec, void* x, DType dtype, MessageShape shape, int peer,
                       int tag, const WireContext& where, Stream stream = nullptr);
   CompressedCall send_recv(const Side& out, int dst, const Side& in, int src, DType dtype, int tag,

@@ -412,14 +412,14 @@ CompressedCall DeviceCompressedCollectives::all_gather(const Codec& codec, const
 // encoded size.
 CompressedCall DeviceCompressedCollectives::send(const Codec& codec, const void* x, DType dtype,
                                                  MessageShape shape, int peer, int tag,
-                                                 bool measure, Stream stream) {
+                                                 const WireContext& where, bool measure,
+                                                 Stream stream) {
   CompressedCollectives::check_dtype(dtype);
   const Plans plans = plan_pieces(codec, shape, 1, 1, 0, pieces_, comm_.enqueues(), dtype, false);
   DevicePipeline& d = begin(stream, check_words(measure, plans), measure);
   const SelfCheck check = start_self_check(d, measure, shape.count(), DType::f32, d.stream());
   uint8_t* buf = d.send.get(plans.wire);
   auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
-  const WireContext where{"send", -1};
   const Stage encode{false, [&](int j, cudaStream_t s) {
                        encode_chunks(codec, x, dtype, plan(j), buf + plan(j).at, s,
                                      d.encoded_nan());

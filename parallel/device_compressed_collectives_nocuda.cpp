@@ -38,7 +38,7 @@ CompressedCall DeviceCompressedCollectives::all_gather(const Codec&, const void*
   no_cuda();
 }
 CompressedCall DeviceCompressedCollectives::send(const Codec&, const void*, DType, MessageShape,
-                                                 int, int, bool, Stream) {
+                                                 int, int, const WireContext&, bool, Stream) {
   no_cuda();
 }
 CompressedCall DeviceCompressedCollectives::recv(const Codec&, void*, DType, MessageShape, int, int,

@@ -155,7 +155,7 @@ void check_case(const Codec& codec, MessageShape shape, Data data, uint64_t seed
   const DType dtype = sizeof(T) == 2 ? DType::bf16 : DType::f32;
   const std::vector<T> x = as<T>(make_data(data, shape, seed));
   const size_t n = x.size(), size = codec.max_encoded_size(shape, dtype);
-  const WireContext ctx{"test", 0};
+  const WireContext ctx{std::nullopt, -1, 0};
 
   std::vector<uint8_t> cpu_wire(size);
   const EncodeResult cpu_enc = codec.encode(x.data(), shape, cpu_wire.data(), size);
@@ -281,7 +281,7 @@ TEST(CudaCodecs, StagedTokenKernelsOnALargeMessageMatchTheCpuReference) {
 // values near FLT_MAX); a bad header in any message is reported.
 TEST(CudaCodecs, DecodeSumEncodeMatchesTheHostDecodeAccumulateThenEncode) {
   TACO_SKIP_WITHOUT_GPU();
-  const WireContext ctx{"test", 0};
+  const WireContext ctx{std::nullopt, -1, 0};
   uint64_t seed = 1000;
   for (const CodecOptions& o : all_fp8_options()) {
     const auto codec = make_codec(canonical(o));
@@ -339,7 +339,7 @@ TEST(CudaCodecs, DecodeSumEncodeMatchesTheHostDecodeAccumulateThenEncode) {
 // with e8m0 scales (the message's options), at G = 32, 128 and 512.
 TEST(CudaCodecs, LargeMessageDecodeSumEncodeMatchesTheHost) {
   TACO_SKIP_WITHOUT_GPU();
-  const WireContext ctx{"test", 0};
+  const WireContext ctx{std::nullopt, -1, 0};
   uint64_t seed = 2000;
   const MessageShape shape{8229, 1024};
   const size_t n = size_t(shape.count());
@@ -408,7 +408,7 @@ std::string host_error(const Codec& codec, const std::vector<uint8_t>& bytes, si
                        MessageShape shape) {
   std::vector<float> out(size_t(shape.count()));
   try {
-    codec.decode(bytes.data(), size, shape, out.data(), WireContext{"test", 0});
+    codec.decode(bytes.data(), size, shape, out.data(), WireContext{std::nullopt, -1, 0});
   } catch (const UserError& e) {
     return e.what();
   }
@@ -436,7 +436,7 @@ std::string device_error(const Codec& codec, const std::vector<uint8_t>& bytes, 
   const std::vector<uint8_t> header(bytes.begin(),
                                     bytes.begin() + std::min<size_t>(size, kWireHeaderBytes));
   try {
-    codec.throw_device_wire_error(s, header.data(), size, shape, WireContext{"test", 0});
+    codec.throw_device_wire_error(s, header.data(), size, shape, WireContext{std::nullopt, -1, 0});
   } catch (const UserError& e) {
     return e.what();
   }

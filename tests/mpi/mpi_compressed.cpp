@@ -146,7 +146,7 @@ TEST_F(CompressedCollectivesTest, AllReduceIsTwoShotWithinCodecBoundAndIdentical
         const auto codec = make_codec(o);
         std::vector<float> out = x[size_t(comm->rank())];
         CompressedCollectives cc(*comm);
-        cc.all_reduce(*codec, out.data(), DType::f32, shape, WireContext{"test", -1}, false);
+        cc.all_reduce(*codec, out.data(), DType::f32, shape, WireContext{}, false);
 
         for (int c = 0; c < p; ++c) {
           const Chunk ch = chunk_of(shape, p, c);
@@ -157,13 +157,13 @@ TEST_F(CompressedCollectivesTest, AllReduceIsTwoShotWithinCodecBoundAndIdentical
           for (int r = 0; r < p; ++r) {
             const float* xr = x[size_t(r)].data() + ch.offset;
             const auto buf = encode(*codec, xr, ch.shape);
-            codec->decode_accumulate(buf.data(), buf.size(), ch.shape, acc.data(), {"ref", -1});
+            codec->decode_accumulate(buf.data(), buf.size(), ch.shape, acc.data(), WireContext{});
             std::vector<double> part(xr, xr + m);
             a += norm(part);
             for (size_t i = 0; i < m; ++i) exact[i] += xr[i];
           }
           const auto buf = encode(*codec, acc.data(), ch.shape);
-          codec->decode(buf.data(), buf.size(), ch.shape, twice.data(), {"ref", -1});
+          codec->decode(buf.data(), buf.size(), ch.shape, twice.data(), WireContext{});
           int mismatches = 0;
           for (size_t i = 0; i < m; ++i) {
             mismatches += std::memcmp(&twice[i], &out[size_t(ch.offset) + i], 4) != 0;
@@ -198,14 +198,14 @@ TEST_F(CompressedCollectivesTest, ReduceScatterIsWithinCodecBoundOfTheExactSum) 
         std::vector<float> out(m, -7.f);
         CompressedCollectives cc(*comm);
         cc.reduce_scatter(*codec, x[size_t(me)].data(), out.data(), DType::f32, shape,
-                          WireContext{"test", -1}, false);
+                          WireContext{}, false);
         std::vector<float> acc(m, 0.f);
         std::vector<double> err(m, 0.0);
         double a = 0;
         for (int r = 0; r < p; ++r) {
           const float* xr = x[size_t(r)].data() + ch.offset;
           const auto buf = encode(*codec, xr, ch.shape);
-          codec->decode_accumulate(buf.data(), buf.size(), ch.shape, acc.data(), {"ref", -1});
+          codec->decode_accumulate(buf.data(), buf.size(), ch.shape, acc.data(), WireContext{});
           a += norm(std::vector<double>(xr, xr + m));
           for (size_t i = 0; i < m; ++i) err[i] -= xr[i];
         }
@@ -231,12 +231,12 @@ TEST_F(CompressedCollectivesTest, AllGatherDecodesEveryShardIdenticallyOnEveryRa
       std::vector<float> out(size_t(shape.count()), -7.f);
       CompressedCollectives cc(*comm);
       cc.all_gather(*codec, input_of(seed, me, m).data(), out.data(), DType::f32, shape,
-                    WireContext{"test", -1}, false);
+                    WireContext{}, false);
       for (int r = 0; r < p; ++r) {
         const std::vector<float> xr = input_of(seed, r, m);
         std::vector<float> back(m);
         const auto buf = encode(*codec, xr.data(), mine.shape);
-        codec->decode(buf.data(), buf.size(), mine.shape, back.data(), {"ref", -1});
+        codec->decode(buf.data(), buf.size(), mine.shape, back.data(), WireContext{});
         EXPECT_EQ(std::memcmp(back.data(), out.data() + size_t(r) * m, m * 4), 0) << "shard " << r;
         EXPECT_LE(test::relative_l2(back.data(), xr.data(), m), rho(o, int64_t(m)));
       }
@@ -263,7 +263,7 @@ TEST_F(CompressedCollectivesTest, Bf16AllReduceIsWithinCodecBoundAndIdenticalOnE
   std::vector<bf16> held(n);
   for (size_t i = 0; i < n; ++i) held[i] = float_to_bf16(x[size_t(comm.rank())][i]);
   CompressedCollectives cc(comm);
-  cc.all_reduce(*codec, held.data(), DType::bf16, shape, WireContext{"test", -1}, false);
+  cc.all_reduce(*codec, held.data(), DType::bf16, shape, WireContext{}, false);
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = bf16_to_float(held[i]);
   for (int c = 0; c < p; ++c) {
@@ -296,10 +296,10 @@ TEST_F(CompressedCollectivesTest, RowsThatDoNotSplitEvenlyAreRejectedForScatterA
     try {
       if (op == 0)
         cc.reduce_scatter(*codec, in.data(), out.data(), DType::f32, shape,
-                          WireContext{"mlp.in.bwd", -1}, false);
+                          WireContext{Site::mlp_in_bwd, -1, -1}, false);
       else
         cc.all_gather(*codec, in.data(), out.data(), DType::f32, shape,
-                      WireContext{"mlp.in.fwd", -1}, false);
+                      WireContext{Site::mlp_in_fwd, -1, -1}, false);
       ADD_FAILURE() << "uneven rows accepted";
     } catch (const UserError& e) {
       const std::string msg = e.what();
@@ -466,7 +466,7 @@ TEST_F(CompressedSiteCommTest, MeasuredErrorIsThisRanksOwnRoundTrip) {
   for (int c = 0; c < p; ++c) {
     const Chunk ch = chunk_of(shape, p, c);
     const auto buf = encode(*codec, input.data() + ch.offset, ch.shape);
-    codec->decode(buf.data(), buf.size(), ch.shape, back.data() + ch.offset, {"ref", -1});
+    codec->decode(buf.data(), buf.size(), ch.shape, back.data() + ch.offset, WireContext{});
   }
   const double expected = test::relative_l2(back.data(), input.data(), n);
   const SiteCommStats& st = door.stats()[Site::attn_out_fwd];
@@ -494,7 +494,8 @@ TEST_F(CompressedSiteCommTest, NonFiniteInputDecodesAsNaNOnEveryRankAndIsCounted
 }
 
 // A buffer damaged in transit fails its header check inside the collective, on every rank that
-// received it, as one line naming the rank, the site and what was wrong (exit code 2).
+// received it, as one line naming the rank, the site and its layer, and what was wrong (exit
+// code 2).
 TEST_F(CompressedSiteCommTest, CorruptedWireBufferIsRejectedWithOneLine) {
   const CompressionPolicy policy = test_policy();
   struct Case {
@@ -514,7 +515,7 @@ TEST_F(CompressedSiteCommTest, CorruptedWireBufferIsRejectedWithOneLine) {
       EXPECT_EQ(e.exit_code(), 2);
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
       EXPECT_EQ(msg.rfind("rank " + std::to_string(world_rank_) +
-                              ": site attn.out.fwd: rejected compressed buffer",
+                              ": site attn.out.fwd layer 1: rejected compressed buffer",
                           0),
                 0u)
           << msg;

@@ -216,7 +216,7 @@ class DeviceCollectivesTest : public test::MpiTest {
   std::unique_ptr<MpiCommunicator> mpi_;
   std::unique_ptr<HostStagedCommunicator> staged_;
   uint64_t seed_ = 0;
-  const WireContext where_{"attn.out.fwd", -1};
+  const WireContext where_{Site::attn_out_fwd, -1, -1};
 };
 
 TEST_F(DeviceCollectivesTest, AllReduceMatchesTheHostAlgorithmBitForBit) {
@@ -373,7 +373,7 @@ TEST_F(DeviceCollectivesTest, PointToPointMatchesTheHostAlgorithmBitForBit) {
       for (const auto& piece : Pieces::split_pieces(shape, 1, pieces)) {
         if (me == 0) {
           add(host_call, host.send(codec, x.data() + piece.begin * dtype_size(dtype), dtype,
-                                   piece.shape, 1, 5, false));
+                                   piece.shape, 1, 5, where_, false));
         } else {
           Bytes got(size_t(piece.shape.count()) * dtype_size(dtype));
           add(host_call, host.recv(codec, got.data(), dtype, piece.shape, 0, 5, where_));
@@ -381,9 +381,9 @@ TEST_F(DeviceCollectivesTest, PointToPointMatchesTheHostAlgorithmBitForBit) {
         }
       }
       DeviceBytes in(x), out(x.size());
-      const CompressedCall call = me == 0
-                                      ? device.send(codec, in.get(), dtype, shape, 1, 5, false)
-                                      : device.recv(codec, out.get(), dtype, shape, 0, 5, where_);
+      const CompressedCall call =
+          me == 0 ? device.send(codec, in.get(), dtype, shape, 1, 5, where_, false)
+                  : device.recv(codec, out.get(), dtype, shape, 0, 5, where_);
       expect_same_call(call, host_call);
       if (me == 1) {
         expect_same_bytes(out.read(), want, dtype);

@@ -57,7 +57,7 @@ using Calibration = test::FreshSeedTest;
 }  // namespace
 
 TEST_F(Calibration, ChoosesTokenGroupingWhenChannelsHaveOutliers) {
-  GroupCalibrator cal("attn.out.fwd", kTacoAuto, /*steps=*/3);
+  GroupCalibrator cal(Site::attn_out_fwd, kTacoAuto, /*steps=*/3);
   for (int step = 0; step < 3; ++step) {
     EXPECT_FALSE(cal.done());
     const std::vector<float> x = channel_outliers(512, seed_ + uint64_t(step));
@@ -80,7 +80,7 @@ TEST_F(Calibration, TakesTheCheapestGroupWithinToleranceOnGaussianData) {
   // On plain Gaussian data G = 32 has the lowest error (finer scales) but G = 128 is only about
   // 7% worse (2.57e-2 vs 2.40e-2), inside the 10% tolerance: the choice must be at least as
   // cheap as G = 128.
-  GroupCalibrator cal("mlp.out.fwd", kTacoAuto, 1);
+  GroupCalibrator cal(Site::mlp_out_fwd, kTacoAuto, 1);
   const std::vector<float> x = test::random_normal(size_t(1024 * 512), seed_, 0.f, 1e-3f);
   cal.observe(x.data(), MessageShape{1024, 512});
   const CalibrationChoice c = cal.choice();
@@ -91,7 +91,7 @@ TEST_F(Calibration, TakesTheCheapestGroupWithinToleranceOnGaussianData) {
 }
 
 TEST_F(Calibration, SkipsGroupSizesThatDoNotDivideTheTensors) {
-  GroupCalibrator cal("mlp.in.fwd", kTacoAuto, 1);
+  GroupCalibrator cal(Site::mlp_in_fwd, kTacoAuto, 1);
   const std::vector<float> x = test::random_normal(size_t(96 * 160), seed_, 0.f, 1e-3f);
   cal.observe(x.data(), MessageShape{96, 160});  // 160 = 5 x 32, 96 = 3 x 32
   const CalibrationChoice c = cal.choice();
@@ -108,7 +108,7 @@ TEST_F(Calibration, Bf16TensorsAreMeasuredAsTheirFp32Values) {
     xb[i] = float_to_bf16(x[i]);
     widened[i] = bf16_to_float(xb[i]);
   }
-  GroupCalibrator a("attn.in.bwd", kTacoAuto, 1), b("attn.in.bwd", kTacoAuto, 1);
+  GroupCalibrator a(Site::attn_in_bwd, kTacoAuto, 1), b(Site::attn_in_bwd, kTacoAuto, 1);
   a.observe(xb.data(), MessageShape{256, 768});
   b.observe(widened.data(), MessageShape{256, 768});
   const CalibrationChoice ca = a.choice(), cb = b.choice();
@@ -119,7 +119,7 @@ TEST_F(Calibration, Bf16TensorsAreMeasuredAsTheirFp32Values) {
 }
 
 TEST_F(Calibration, NothingObservedKeepsTheUncalibratedDefault) {
-  GroupCalibrator cal("embed.fwd", kTacoAuto, 2);
+  GroupCalibrator cal(Site::embed_fwd, kTacoAuto, 2);
   const CalibrationChoice c = cal.choice();
   EXPECT_EQ(c.tensors, 0);
   EXPECT_EQ(c.options.group, kUncalibratedGroup);
@@ -128,7 +128,7 @@ TEST_F(Calibration, NothingObservedKeepsTheUncalibratedDefault) {
 }
 
 TEST_F(Calibration, ReportsALineAndAJsonRecord) {
-  GroupCalibrator cal("attn.out.fwd", kTacoAuto, 1);
+  GroupCalibrator cal(Site::attn_out_fwd, kTacoAuto, 1);
   const std::vector<float> x = channel_outliers(512, seed_);
   cal.observe(x.data(), MessageShape{512, 768});
   const CalibrationChoice c = cal.choice();
@@ -158,7 +158,7 @@ TEST_F(Calibration, ChoiceReplacesAutoGroupsInThePolicy) {
   // Until calibrated, messages go out with the stand-in group along hidden.
   EXPECT_EQ(policy.resolve(1, Site::attn_out_fwd, 1 << 20).group, kUncalibratedGroup);
 
-  GroupCalibrator cal("attn.out.fwd", policy.configured(0, Site::attn_out_fwd), 1);
+  GroupCalibrator cal(Site::attn_out_fwd, policy.configured(0, Site::attn_out_fwd), 1);
   const std::vector<float> x = channel_outliers(512, seed_);
   cal.observe(x.data(), MessageShape{512, 768});
   const CalibrationChoice c = cal.choice();

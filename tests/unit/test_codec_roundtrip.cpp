@@ -126,7 +126,7 @@ void expect_within_fp8_bounds(const CodecOptions& o, const std::vector<float>& x
 std::vector<float> decode_to_float(const Codec& codec, const std::vector<uint8_t>& buf,
                                    MessageShape s) {
   std::vector<float> out(size_t(s.count()), -7.f);
-  codec.decode(buf.data(), buf.size(), s, out.data(), WireContext{"test", 0});
+  codec.decode(buf.data(), buf.size(), s, out.data(), WireContext{std::nullopt, -1, 0});
   return out;
 }
 
@@ -246,7 +246,7 @@ TEST_F(CodecRoundTrip, TinyAndRaggedLengthsRoundTripWithoutOverrun) {
             test::random_normal(size_t(s.count()), seed_ + uint64_t(len), 0.f, 1e-3f);
         std::vector<uint8_t> buf = encode(*codec, x, s);
         std::vector<float> out(size_t(s.count()) + 4, 123.f);
-        codec->decode(buf.data(), buf.size(), s, out.data(), WireContext{"test", 0});
+        codec->decode(buf.data(), buf.size(), s, out.data(), WireContext{std::nullopt, -1, 0});
         for (size_t i = size_t(s.count()); i < out.size(); ++i) ASSERT_EQ(out[i], 123.f);
         out.resize(size_t(s.count()));
         expect_within_fp8_bounds(o, x, out, s);
@@ -300,7 +300,8 @@ TEST_F(CodecRoundTrip, DecodeAccumulateAddsExactlyDecodesValues) {
     const std::vector<uint8_t> buf = encode(*codec, x, s);
     const std::vector<float> decoded = decode_to_float(*codec, buf, s);
     std::vector<float> acc = base;
-    codec->decode_accumulate(buf.data(), buf.size(), s, acc.data(), WireContext{"test", 0});
+    codec->decode_accumulate(buf.data(), buf.size(), s, acc.data(),
+                             WireContext{std::nullopt, -1, 0});
     for (size_t i = 0; i < acc.size(); ++i) {
       const float want = base[i] + decoded[i];  // one fp32 add
       if (std::isnan(want)) {
@@ -325,7 +326,7 @@ TEST_F(CodecRoundTrip, NonFiniteInputPoisonsItsGroupAndIsCounted) {
     const std::vector<uint8_t> buf = encode(*codec, x, s, &er);
     std::vector<float> xhat(x.size());
     const DecodeResult dr =
-        codec->decode(buf.data(), buf.size(), s, xhat.data(), WireContext{"test", 0});
+        codec->decode(buf.data(), buf.size(), s, xhat.data(), WireContext{std::nullopt, -1, 0});
     EXPECT_EQ(er.nonfinite_values, 2);
     if (o.kind == CodecKind::none) {  // values pass through: NaN stays NaN, Inf stays Inf
       EXPECT_EQ(er.nonfinite_groups, 0);
@@ -373,7 +374,8 @@ TEST_F(CodecRoundTrip, Bf16InputAndOutputMatchTheFp32Path) {
     }
     const std::vector<float> as_f32 = decode_to_float(*codec, from_bf16, s);
     std::vector<bf16> as_bf16(x.size());
-    codec->decode(from_bf16.data(), from_bf16.size(), s, as_bf16.data(), WireContext{"test", 0});
+    codec->decode(from_bf16.data(), from_bf16.size(), s, as_bf16.data(),
+                  WireContext{std::nullopt, -1, 0});
     for (size_t i = 0; i < x.size(); ++i) {
       ASSERT_EQ(as_bf16[i].bits, float_to_bf16(as_f32[i]).bits) << i;
     }
@@ -502,7 +504,7 @@ TEST_F(CodecRoundTrip, DecodersCountEveryGroupThatDecodesToInfFromFiniteInputs) 
       opts(CodecKind::taco, Fp8Format::e4m3, 128, Fp8Scales::dual),
       opts(CodecKind::fp8_tensor, Fp8Format::e4m3),
       opts(CodecKind::fp8_tensor, Fp8Format::e5m2)};
-  const WireContext ctx{"test", 0};
+  const WireContext ctx{std::nullopt, -1, 0};
   for (const CodecOptions& o : cases) {
     SCOPED_TRACE(describe(o));
     const auto codec = make_codec(o);

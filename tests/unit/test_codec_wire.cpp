@@ -18,7 +18,7 @@ namespace {
 
 const CodecOptions kTaco{CodecKind::taco, Fp8Format::e4m3, 128, Fp8Scales::dual, GroupAxis::hidden};
 const MessageShape kShape{16, 256};
-const WireContext kContext{"attn.out.fwd", 3};
+const WireContext kContext{Site::attn_out_fwd, -1, 3};
 
 std::vector<uint8_t> encoded(const Codec& codec, uint64_t seed, MessageShape s = kShape) {
   const std::vector<float> x = test::random_normal(size_t(s.count()), seed, 0.f, 1e-3f);
@@ -181,13 +181,31 @@ TEST(WireContextRank, DefaultsToTheProcessErrorRank) {
   std::vector<float> out(4);
   try {
     codec->decode(junk.data(), junk.size(), MessageShape{1, 4}, out.data(),
-                  WireContext{"dp.grad", -1});
+                  WireContext{Site::dp_grad, -1, -1});
     FAIL() << "accepted junk";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 5: site dp.grad"), std::string::npos) << e.what();
     EXPECT_EQ(e.exit_code(), 2);
   }
   set_error_rank(-1);
+}
+
+TEST(WireContextSite, NamesTheLayerOfAPerLayerSiteAndAQuestionMarkWithoutASite) {
+  const auto codec = make_codec(CodecOptions{});
+  std::vector<uint8_t> junk(100, 0);
+  std::vector<float> out(4);
+  auto message = [&](const WireContext& where) {
+    try {
+      codec->decode(junk.data(), junk.size(), MessageShape{1, 4}, out.data(), where);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted junk");
+  };
+  EXPECT_NE(message(WireContext{Site::mlp_in_bwd, 7, 2}).find("rank 2: site mlp.in.bwd layer 7: "),
+            std::string::npos);
+  EXPECT_NE(message(WireContext{std::nullopt, -1, 2}).find("rank 2: site ?: "), std::string::npos);
+  EXPECT_EQ(wire_site(WireContext{Site::pp_act, -1, 0}), "pp.act");
 }
 
 TEST(WireDevicePath, IsAbsentFromACpuOnlyBuildAndSaysSo) {

@@ -154,8 +154,8 @@ TEST(CompressedPieces, WithoutCudaDeviceCallsAreAUserError) {
   const auto codec = make_codec(canonical(CodecOptions{CodecKind::fp8_block, Fp8Format::e4m3, 64}));
   std::vector<float> x(64);
   try {
-    device.all_reduce(*codec, x.data(), DType::f32, MessageShape{2, 32}, WireContext{"t", 0},
-                      false);
+    device.all_reduce(*codec, x.data(), DType::f32, MessageShape{2, 32},
+                      WireContext{std::nullopt, -1, 0}, false);
     ADD_FAILURE() << "accepted";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("no CUDA"), std::string::npos) << e.what();

@@ -211,7 +211,7 @@ Row measure(const Codec& codec, const Distribution& d, const Args& a) {
   // Error: the fp32 reference path.
   std::vector<uint8_t> buf(codec.max_encoded_size(shape, DType::f32));
   std::vector<float> xhat(n);
-  const WireContext ctx{"bench", 0};
+  const WireContext ctx{std::nullopt, -1, 0};
   codec.encode(d.x.data(), shape, buf.data(), buf.size());
   codec.decode(buf.data(), buf.size(), shape, xhat.data(), ctx);
   ChannelErrors e;

@@ -196,7 +196,8 @@ int codec_gpu(const GpuCodecArgs& a) {
         std::vector<uint8_t> cpu_wire(codec->max_encoded_size(part, DType::bf16));
         std::vector<bf16> back(m);
         codec->encode(in.data(), part, cpu_wire.data(), cpu_wire.size());
-        codec->decode(cpu_wire.data(), cpu_wire.size(), part, back.data(), WireContext{"bench", 0});
+        codec->decode(cpu_wire.data(), cpu_wire.size(), part, back.data(),
+                      WireContext{std::nullopt, -1, 0});
         double cpu_err = 0;
         for (size_t i = 0; i < m; ++i) {
           const double d = double(bf16_to_float(back[i])) - double(bf16_to_float(in[i]));

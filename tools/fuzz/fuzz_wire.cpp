@@ -31,7 +31,7 @@ void reseal_header(std::vector<uint8_t>& buf) {
 
 void decode(const taco::Codec& codec, const std::vector<uint8_t>& buf, taco::MessageShape shape,
             int how, const uint8_t* seed_values) {
-  const taco::WireContext context{"attn.out.fwd", 0};
+  const taco::WireContext context{taco::Site::attn_out_fwd, -1, 0};
   const size_t n = size_t(shape.count());
   if (how == 0) {
     std::vector<float> out(n);
