@@ -94,6 +94,12 @@ bool point_to_point(CommOp op) {
   return op == CommOp::send || op == CommOp::recv || op == CommOp::send_recv;
 }
 
+// The one key a point-to-point message's two ends share: op send_recv.
+AutoMessage shared_key(AutoMessage m) {
+  m.op = CommOp::send_recv;
+  return m;
+}
+
 }  // namespace
 
 bool auto_compresses(const CompressedSeconds& compressed, double native_s, double margin) {
@@ -114,17 +120,45 @@ AutoPrediction predict_auto_codec(CommOp op, int ranks, double native_bytes, dou
 CodecAutotune::CodecAutotune(Communicator& comm, double margin)
     : comm_(comm), margin_(margin), injected_link_(injected_link()) {}
 
-bool CodecAutotune::compress(const AutoMessage& m, const Codec& candidate) {
+const CodecAutotune::Entry* CodecAutotune::find(const AutoMessage& m,
+                                                const CodecOptions& candidate) const {
   for (const Entry& e : decided_) {
-    if (same_key(e.message, m) && e.candidate == candidate.options()) return e.compress;
+    if (same_key(e.message, m) && e.candidate == candidate) return &e;
   }
-  AutoDecision d = decide(m, candidate);
+  return nullptr;
+}
+
+void CodecAutotune::record(const AutoDecision& made) {
+  AutoDecision d = made;
   for (const Entry& e : before_recheck_) {
-    if (same_key(e.message, m)) d.previous = e.compress;
+    if (same_key(e.message, d.message)) d.previous = e.compress;
   }
-  decided_.push_back({m, candidate.options(), d.prediction.compress});
+  decided_.push_back({d.message, d.candidate, d.prediction.compress, d.tuned});
   new_.push_back(d);
+}
+
+bool CodecAutotune::compress(const AutoMessage& m, const Codec& candidate) {
+  const bool p2p = point_to_point(m.op);
+  const AutoMessage key = p2p ? shared_key(m) : m;
+  if (const Entry* e = find(key, candidate.options())) return e->compress;
+  AutoDecision d;
+  if (p2p) {
+    // Never prepared: deciding here could not be agreed, so natively, and said once.
+    d.message = key;
+    d.candidate = candidate.options();
+    d.native_bytes = double(m.shape.count()) * double(dtype_size(m.dtype));
+    d.tuned = false;
+  } else {
+    d = decide(m, candidate);
+  }
+  record(d);
   return d.prediction.compress;
+}
+
+void CodecAutotune::prepare_point_to_point(const AutoMessage& m, const Codec& candidate) {
+  const AutoMessage key = shared_key(m);
+  if (find(key, candidate.options())) return;
+  record(decide(key, candidate));
 }
 
 AutoDecision CodecAutotune::decide(const AutoMessage& m, const Codec& candidate) {
@@ -132,17 +166,25 @@ AutoDecision CodecAutotune::decide(const AutoMessage& m, const Codec& candidate)
   d.message = m;
   d.candidate = candidate.options();
   d.native_bytes = double(m.shape.count()) * double(dtype_size(m.dtype));
-  if (point_to_point(m.op)) {
-    d.tuned = false;
-    return d;
-  }
-  if (!link_) link_ = injected_link_ ? *injected_link_ : probe_link(m.memory, d.native_bytes);
   const int p = comm_.size();
-  const auto chunks = CompressedCollectives::split(m.shape, p);
-  const double slot = double(CompressedCollectives::slot_size(candidate, chunks, m.dtype));
-  const double sum_slot = double(CompressedCollectives::slot_size(candidate, chunks, DType::f32));
-  d.prediction = predict_auto_codec(m.op, p, d.native_bytes, slot, sum_slot, bench(m, candidate),
-                                    *link_, margin_);
+  if (point_to_point(m.op)) {
+    if (!p2p_link_)
+      p2p_link_ = injected_link_ ? *injected_link_
+                                 : probe_link(CommOp::send_recv, m.memory, d.native_bytes);
+    // One message each way: the whole encoded message on the wire (CompressedCollectives::send).
+    const double encoded = double(candidate.max_encoded_size(m.shape, m.dtype));
+    d.prediction = predict_auto_codec(CommOp::send_recv, p, d.native_bytes, encoded, 0,
+                                      bench(m, candidate), *p2p_link_, margin_);
+  } else {
+    if (!link_)
+      link_ = injected_link_ ? *injected_link_
+                             : probe_link(CommOp::all_reduce, m.memory, d.native_bytes);
+    const auto chunks = CompressedCollectives::split(m.shape, p);
+    const double slot = double(CompressedCollectives::slot_size(candidate, chunks, m.dtype));
+    const double sum_slot = double(CompressedCollectives::slot_size(candidate, chunks, DType::f32));
+    d.prediction = predict_auto_codec(m.op, p, d.native_bytes, slot, sum_slot, bench(m, candidate),
+                                      *link_, margin_);
+  }
   // The slowest rank's numbers on every rank: the same inputs give the same choice.
   double agreed[4] = {d.prediction.compressed.encode_s, d.prediction.compressed.wire_s,
                       d.prediction.compressed.decode_s, d.prediction.native_s};
@@ -156,20 +198,27 @@ AutoDecision CodecAutotune::decide(const AutoMessage& m, const Codec& candidate)
   return d;
 }
 
-LinkModel CodecAutotune::probe_link(DeviceKind memory, double message_bytes) {
-  const int p = comm_.size();
+LinkModel CodecAutotune::probe_link(CommOp op, DeviceKind memory, double message_bytes) {
+  const int p = comm_.size(), me = comm_.rank();
+  const bool ring = op == CommOp::send_recv;  // else all_reduce
   // Three sizes up to the message's, in f32 values that split evenly over the group.
   const double top = std::clamp(message_bytes, 256.0 * 1024, 64.0 * 1024 * 1024);
   const size_t unit = size_t(4 * p);
   std::vector<size_t> counts;
   for (double bytes : {top / 64, top / 8, top})
     counts.push_back(std::max<size_t>(1, size_t(bytes) / unit) * unit / 4);
-  Scratch buf(memory, counts.back() * 4);
+  Scratch buf(memory, counts.back() * 4), from(memory, ring ? counts.back() * 4 : 0);
   double times[3];
-  WatchScope watch("all_reduce", Site::codec_auto_probe, -1, comm_);
+  WatchScope watch(comm_op_name(op), Site::codec_auto_probe, -1, comm_);
   for (size_t i = 0; i < counts.size(); ++i) {
     auto call = [&] {
-      comm_.all_reduce(buf.get(), buf.get(), counts[i], DType::f32, ReduceOp::sum, nullptr);
+      if (ring) {
+        // Every rank sends to the next and receives from the one before, all at once.
+        comm_.send_recv(buf.get(), counts[i], (me + 1) % p, from.get(), counts[i], (me + p - 1) % p,
+                        DType::f32, kProbeTag, nullptr);
+      } else {
+        comm_.all_reduce(buf.get(), buf.get(), counts[i], DType::f32, ReduceOp::sum, nullptr);
+      }
       synchronize(memory);
     };
     call();  // warm-up: connections, buffers
@@ -183,7 +232,7 @@ LinkModel CodecAutotune::probe_link(DeviceKind memory, double message_bytes) {
   comm_.all_reduce_values(times, 3, ReduceOp::max);
   std::vector<TimedCall> calls;
   for (size_t i = 0; i < counts.size(); ++i) calls.push_back({double(counts[i]) * 4, times[i]});
-  return fit_link(CommOp::all_reduce, p, calls);
+  return fit_link(op, p, calls);
 }
 
 CodecThroughput CodecAutotune::bench(const AutoMessage& m, const Codec& codec) {
@@ -255,6 +304,12 @@ void CodecAutotune::recheck() {
   decided_.clear();
   benches_.clear();
   link_.reset();
+  p2p_link_.reset();
+  // A prepared point-to-point message cannot be decided at its next use: decide it again now.
+  for (const Entry& e : before_recheck_) {
+    if (point_to_point(e.message.op) && e.tuned)
+      record(decide(e.message, *make_codec(e.candidate)));
+  }
 }
 
 std::vector<AutoDecision> CodecAutotune::take_new_decisions() {
@@ -298,12 +353,16 @@ std::string auto_decision_table(const std::vector<AutoDecision>& made, const Cod
                      return x.layer < y.layer;
                    });
   char line[256];
-  std::string link = "no link measured (point-to-point sites only)";
-  if (tune.link()) {
-    std::snprintf(line, sizeof line, "link %.1f us + %.3g GB/s", tune.link()->latency_s * 1e6,
-                  tune.link()->bandwidth_Bps / 1e9);
-    link = line;
-  }
+  std::string link;
+  auto add_link = [&](const char* name, const std::optional<LinkModel>& l) {
+    if (!l) return;
+    std::snprintf(line, sizeof line, "%s%s %.1f us + %.3g GB/s", link.empty() ? "" : ", ", name,
+                  l->latency_s * 1e6, l->bandwidth_Bps / 1e9);
+    link += line;
+  };
+  add_link("link", tune.link());
+  add_link("send_recv link", tune.p2p_link());
+  if (link.empty()) link = "no link measured (point-to-point messages never prepared)";
   std::snprintf(line, sizeof line, "codec: auto on group %s (%d ranks): %s; margin %g%%\n",
                 tune.group().c_str(), tune.ranks(), link.c_str(), margin * 100);
   std::string out = line;
@@ -321,7 +380,7 @@ std::string auto_decision_table(const std::vector<AutoDecision>& made, const Cod
     const std::string layers = first < 0       ? "-"
                                : first == last ? std::to_string(first)
                                                : std::to_string(first) + "-" + std::to_string(last);
-    std::string choice = !d.tuned                ? "none (point-to-point: not tuned)"
+    std::string choice = !d.tuned                ? "none (point-to-point: not prepared)"
                          : d.prediction.compress ? describe(d.candidate)
                                                  : std::string("none");
     if (d.previous && *d.previous != d.prediction.compress)

@@ -18,9 +18,16 @@
 // Later messages of the same key reuse the decision; recheck() forgets them (and the link) so
 // they are measured again at their next use.
 //
-// Point-to-point sites (pp.act, pp.grad) are never tuned: a send's two ends make different
-// calls, so nothing can be agreed inside them. They go uncompressed under codec: auto, and the
-// decision table says so.
+// Point-to-point sites (pp.act, pp.grad) cannot decide inside a send: its two ends make
+// different calls, and the other ranks of the group none, so nothing can be agreed there.
+// They are decided ahead instead, by prepare_point_to_point(), in a call every rank of the
+// group makes in the same order (the trainer makes it before the first step, for the shape the
+// pipeline sends): link from a ring of send_recv calls (each rank to the next, at three sizes,
+// fitted as one message: alpha + n / B), codec as above, prediction one message each way
+// (encode, wire of the encoded message, decode), agreed the same way. A send and a receive of
+// that (site, dtype, shape) then both read the one decision; a point-to-point message never
+// prepared goes natively, and the table says so. A recheck() re-decides the prepared ones at
+// once, so it too must be called by every rank of the group at the same point.
 //
 // Test hook (never set in production): TACO_AUTO_LINK="LATENCY_US:GBPS" replaces step 1's probe
 // with that link on the ranks that have it (the max over the group still applies), so tests
@@ -73,7 +80,7 @@ struct AutoDecision {
   CodecOptions candidate;
   double native_bytes = 0;
   AutoPrediction prediction;  // agreed over the group
-  bool tuned = true;          // false: a point-to-point site, sent natively
+  bool tuned = true;          // false: a point-to-point message never prepared, sent natively
   // After a recheck(): the choice before it (a change is what gets logged).
   std::optional<bool> previous;
 };
@@ -87,17 +94,27 @@ class CodecAutotune {
 
   // Whether `m` goes through `candidate` (true) or the native collective (false). The first
   // time for its key it measures and agrees over the group: every rank of the group must be in
-  // the same call.
+  // the same call. A point-to-point `m` (send, recv, send_recv) only reads the decision
+  // prepare_point_to_point made for it, and goes natively without one.
   bool compress(const AutoMessage& m, const Codec& candidate);
 
-  // Forgets every decision and the link: each is measured and agreed again at its next use.
+  // Decides a point-to-point message now (its op is ignored: a send and a receive of it share
+  // the decision); every rank of the group must be in the same call. Deciding one twice keeps
+  // the first decision.
+  void prepare_point_to_point(const AutoMessage& m, const Codec& candidate);
+
+  // Forgets every decision and the links: a collective's is measured and agreed again at its
+  // next use, a prepared point-to-point message's right away (every rank of the group calls).
   void recheck();
   // Decisions made since the last call, in the order they were made.
   std::vector<AutoDecision> take_new_decisions();
   // Uses `link` instead of probing (tests).
   void set_link(const LinkModel& link) { link_ = link; }
-  // The group's fitted (agreed) or set link; empty before the first tuned message.
+  // The group's fitted (agreed) or set link; empty before the first tuned message. link() is
+  // the collectives' (fitted to all_reduce), p2p_link() the point-to-point messages' (fitted to
+  // send_recv).
   const std::optional<LinkModel>& link() const { return link_; }
+  const std::optional<LinkModel>& p2p_link() const { return p2p_link_; }
   const std::string& group() const { return comm_.name(); }
   int ranks() const { return comm_.size(); }
 
@@ -106,6 +123,7 @@ class CodecAutotune {
     AutoMessage message;
     CodecOptions candidate;
     bool compress = false;
+    bool tuned = true;  // false: a point-to-point message never prepared
   };
   struct Bench {
     CodecOptions options;
@@ -115,14 +133,19 @@ class CodecAutotune {
     CodecThroughput speed;
   };
 
-  LinkModel probe_link(DeviceKind memory, double message_bytes);
+  static constexpr int kProbeTag = 32701;  // the point-to-point probe's messages
+
+  // `op`: all_reduce, or send_recv for the point-to-point link.
+  LinkModel probe_link(CommOp op, DeviceKind memory, double message_bytes);
   CodecThroughput bench(const AutoMessage& m, const Codec& codec);
   AutoDecision decide(const AutoMessage& m, const Codec& candidate);
+  const Entry* find(const AutoMessage& m, const CodecOptions& candidate) const;
+  void record(const AutoDecision& d);
 
   Communicator& comm_;
   double margin_;
-  std::optional<LinkModel> link_;
-  std::optional<LinkModel> injected_link_;  // TACO_AUTO_LINK
+  std::optional<LinkModel> link_, p2p_link_;
+  std::optional<LinkModel> injected_link_;  // TACO_AUTO_LINK, for both
   std::vector<Entry> decided_;
   std::vector<Bench> benches_;
   std::vector<AutoDecision> new_;

@@ -130,12 +130,35 @@ const Codec* CompressedSiteComm::codec_for(Site site, int layer, CommOp op, cons
   return e.codec;
 }
 
+CodecAutotune& CompressedSiteComm::tuner() {
+  if (!autotune_) autotune_ = std::make_unique<CodecAutotune>(comm_, policy_.auto_margin());
+  return *autotune_;
+}
+
 bool CompressedSiteComm::auto_compresses(Site site, int layer, CommOp op, const Tensor& t, int rows,
                                          const Codec& candidate) {
-  if (!autotune_) autotune_ = std::make_unique<CodecAutotune>(comm_, policy_.auto_margin());
   const AutoMessage m{
       site, layer, op, t.dtype, shape_of(t.numel, rows, site), t.device, device_path(t, candidate)};
-  return autotune_->compress(m, candidate);
+  return tuner().compress(m, candidate);
+}
+
+void CompressedSiteComm::prepare_point_to_point(Site site, const Tensor& like) {
+  // The conditions codec_for applies to such a message, the same on every rank of the group.
+  TACO_CHECK(!site_is_per_layer(site),
+             std::string("prepare_point_to_point at per-layer site ") + site_name(site));
+  if (size() == 1 || !site_is_compressible(site) || int64_t(like.bytes()) < policy_.min_bytes())
+    return;
+  if (table_revision_ != policy_.revision()) build_codec_table();
+  const TableEntry& e = codec_table_[size_t(site)];  // row 0: the model-wide sites
+  if (!e.codec || !e.automatic) return;
+  const AutoMessage m{site,
+                      -1,
+                      CommOp::send_recv,
+                      like.dtype,
+                      shape_of(like.numel, 0, site),
+                      like.device,
+                      device_path(like, *e.codec)};
+  tuner().prepare_point_to_point(m, *e.codec);
 }
 
 bool CompressedSiteComm::device_path(const Tensor& t, const Codec& codec) const {

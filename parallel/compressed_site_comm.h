@@ -66,6 +66,11 @@ class CompressedSiteComm : public SiteComm {
   void measure_errors(bool on) { measure_ = on; }
   // codec: auto's decisions on this group (parallel/codec_autotune.h); null before its first.
   CodecAutotune* autotune() const { return autotune_.get(); }
+  // Where the policy says codec: auto at the model-wide point-to-point `site` (pp.act,
+  // pp.grad), decides now how messages like `like` (its size, dtype and memory are read, never
+  // its data) will travel; nothing otherwise. Every rank of the group must call it, in the
+  // same order (the trainer does, before the first step): CodecAutotune::prepare_point_to_point.
+  void prepare_point_to_point(Site site, const Tensor& like);
 
   void all_reduce(const Tensor& x, int rows, Site site, int layer) override;
   void reduce_scatter(const Tensor& in, const Tensor& out, int rows, Site site, int layer) override;
@@ -84,8 +89,9 @@ class CompressedSiteComm : public SiteComm {
   // codec: auto at (site, layer): whether `t` goes through `candidate`.
   bool auto_compresses(Site site, int layer, CommOp op, const Tensor& t, int rows,
                        const Codec& candidate);
-  // Whether a message in `t` with `codec` takes the device path; makes its collectives then.
-  // Whether a message of t with codec runs the device collectives (else it is staged on the host).
+  CodecAutotune& tuner();  // autotune_, made on first use
+  // Whether a message of t with codec runs the device collectives (else it is staged on the
+  // host); on_device also makes those collectives on first use.
   bool device_path(const Tensor& t, const Codec& codec) const;
   bool on_device(const Tensor& t, const Codec& codec);
   // Host memory of a tensor: itself, or a copy of a device tensor in `stage` (copy = false

@@ -242,8 +242,10 @@ std::string compression_part() {
           "is "
           "predicted below (1 - `auto_margin`) x the native transfer. Every rank of the group "
           "decides on the slowest rank's numbers, so all agree. The decisions are logged as a "
-          "table after the first step; pipeline sends (`pp.act`, `pp.grad`) are never tuned "
-          "and stay uncompressed under auto. Example: decide for every site, with fp8_block "
+          "table after the first step. Pipeline messages (`pp.act`, `pp.grad`) are decided "
+          "before the first step, since the two ends of a send cannot agree inside it: the pp "
+          "group times a ring of send_recv calls for its link, and both ends read the one "
+          "decision. Example: decide for every site, with fp8_block "
           "as the candidate of the MLP's input gradient:") +
       "\n"
       "```yaml\n"

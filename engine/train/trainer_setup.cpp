@@ -90,6 +90,7 @@ Trainer::Trainer(const Config& config, const RunContext& ctx) : s_(std::make_uni
   s.make_comms();
   s.build_model();
   s.build_buffers();
+  s.prepare_pipeline_codecs();
   s.open_checkpoints();
 }
 
@@ -238,6 +239,15 @@ void Trainer::State::build_buffers() {
   const size_t window = size_t(cfg.train.micro_batch_size) * cfg.model.seq_len;
   inputs.resize(window);
   targets.resize(window);
+}
+
+// codec: auto on the pipeline's messages is decided here, before the first step, with every
+// rank of each pp group in the call: inside a send it could not be agreed
+// (parallel/codec_autotune.h). Activations and their gradients have one shape on every stage.
+void Trainer::State::prepare_pipeline_codecs() {
+  if (cfg.parallel.pp == 1 || !policy->any_automatic()) return;
+  const Tensor like = model->stage_output(0);
+  for (Site site : {Site::pp_act, Site::pp_grad}) pp_comm->prepare_point_to_point(site, like);
 }
 
 // Checkpoints: resume from the newest usable one, or start fresh where none may be lost.

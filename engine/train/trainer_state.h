@@ -111,6 +111,7 @@ struct Trainer::State {
   void make_comms();
   void build_model();
   void build_buffers();
+  void prepare_pipeline_codecs();
   void open_checkpoints();
   void resume(const std::string& dir);
   void reset_metrics_file();

@@ -1,8 +1,9 @@
 // codec: auto under mpirun -np 2 (compression/policy.h, parallel/codec_autotune.h): the ranks of a
 // group agree on every decision even when their own measurements disagree; a fast link keeps the
 // native collective and a slow one compresses (forced with the TACO_AUTO_LINK test hook); the
-// measured path decides alike on every rank; pipeline sends are not tuned; and a training run
-// with codec: auto has exactly the losses of the codec it chose, written out explicitly.
+// measured path decides alike on every rank; pipeline messages are decided when prepared (and go
+// natively when not); and a training run with codec: auto, over tp or over pp, has exactly the
+// losses of the codec it chose, written out explicitly.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -176,10 +177,11 @@ TEST_F(CodecAuto, MeasuredDecisionsAreTheSameOnEveryRank) {
   }
 }
 
-// A send's two ends make different calls: pipeline sites are never tuned, and go natively.
-TEST_F(CodecAuto, PointToPointSitesAreNotTuned) {
+// A send's two ends make different calls, so a pipeline message cannot be decided inside one:
+// never prepared, it goes natively, and the decision says so.
+TEST_F(CodecAuto, PointToPointMessagesNeverPreparedGoNatively) {
   if (world_size_ != 2) GTEST_SKIP() << "needs 2 ranks";
-  const LinkHook hook(kSlowLink);  // compression would pay, were it tuned
+  const LinkHook hook(kSlowLink);  // compression would pay, were it decided
   const CompressionPolicy policy = auto_policy();
   CompressedSiteComm door(*world_, policy);
   std::vector<float> x = input_of(world_rank_, 4096);
@@ -191,7 +193,97 @@ TEST_F(CodecAuto, PointToPointSitesAreNotTuned) {
   ASSERT_EQ(d.size(), 1u);
   EXPECT_FALSE(d[0].tuned);
   EXPECT_FALSE(d[0].prediction.compress);
-  EXPECT_FALSE(door.autotune()->link().has_value());  // nothing measured for it
+  EXPECT_FALSE(door.autotune()->p2p_link().has_value());  // nothing measured for it
+  const std::string table = auto_decision_table(d, *door.autotune(), policy.auto_margin());
+  EXPECT_NE(table.find("none (point-to-point: not prepared)"), std::string::npos) << table;
+}
+
+// Prepared by both ranks (as the trainer does before the first step), a pipeline message
+// follows the link: natively and exact on a fast one, through the candidate on a slow one, for
+// a send/recv and for a send_recv pair alike (one decision per site, whatever the op). A
+// recheck decides it again at once, on both ranks.
+TEST_F(CodecAuto, PreparedPointToPointMessagesFollowTheLink) {
+  if (world_size_ != 2) GTEST_SKIP() << "needs 2 ranks";
+  const CompressionPolicy policy = auto_policy();
+  constexpr size_t kRows = 8, kCols = 512, n = kRows * kCols;
+  for (const char* link : {kFastLink, kSlowLink}) {
+    SCOPED_TRACE(link);
+    const LinkHook hook(link);
+    const bool slow = std::string(link) == kSlowLink;
+    CompressedSiteComm door(*world_, policy);
+    std::vector<float> like(n);
+    for (Site site : {Site::pp_act, Site::pp_grad})
+      door.prepare_point_to_point(site, host_tensor(like));
+    door.prepare_point_to_point(Site::pp_act, host_tensor(like));  // a second time: kept
+    std::vector<AutoDecision> d = door.autotune()->take_new_decisions();
+    ASSERT_EQ(d.size(), 2u);
+    for (const AutoDecision& one : d) {
+      EXPECT_TRUE(one.tuned);
+      EXPECT_EQ(one.prediction.compress, slow);
+      EXPECT_EQ(one.message.op, CommOp::send_recv);
+      // One message of n fp32 values each way: alpha + bytes / B.
+      EXPECT_NEAR(one.prediction.native_s, slow ? 1e-3 + n * 4 / 1e6 : 1e-6 + n * 4 / 100e9, 1e-12);
+    }
+    EXPECT_DOUBLE_EQ(door.autotune()->p2p_link()->bandwidth_Bps, slow ? 1e6 : 100e9);
+    EXPECT_FALSE(door.autotune()->link().has_value());  // no collective was decided
+
+    // Rank 0 sends an activation; then both exchange a gradient and an activation.
+    std::vector<float> x = input_of(world_rank_, n);
+    if (world_rank_ == 0) door.send(host_tensor(x), 1, Site::pp_act, -1);
+    if (world_rank_ == 1) door.recv(host_tensor(x), 0, Site::pp_act, -1);
+    std::vector<float> out = input_of(world_rank_ + 2, n), in(n);
+    if (world_rank_ == 0)
+      door.send_recv(host_tensor(out), 1, Site::pp_act, host_tensor(in), 1, Site::pp_grad);
+    else
+      door.send_recv(host_tensor(out), 0, Site::pp_grad, host_tensor(in), 0, Site::pp_act);
+    const std::vector<float> sent = input_of(0, n), peer_out = input_of(3 - world_rank_, n);
+    for (size_t i = 0; i < n; i += 97) {
+      if (slow) {
+        EXPECT_NEAR(x[i], sent[i], 0.1 * 1e-2) << i;  // FP8: a few % of the group's scale
+        EXPECT_NEAR(in[i], peer_out[i], 0.1 * 1e-2) << i;
+      } else {
+        EXPECT_EQ(x[i], sent[i]) << i;
+        EXPECT_EQ(in[i], peer_out[i]) << i;
+      }
+    }
+    const int64_t compressed =
+        door.stats()[Site::pp_act].compressed_calls + door.stats()[Site::pp_grad].compressed_calls;
+    // A send or a recv, then the send_recv's two halves (each counted at its own site).
+    EXPECT_EQ(compressed, slow ? 3 : 0);
+    EXPECT_TRUE(door.autotune()->take_new_decisions().empty());  // the sends only read them
+
+    door.autotune()->recheck();
+    d = door.autotune()->take_new_decisions();
+    ASSERT_EQ(d.size(), 2u);
+    for (const AutoDecision& one : d) {
+      ASSERT_TRUE(one.previous.has_value());
+      EXPECT_EQ(*one.previous, slow);
+      EXPECT_EQ(one.prediction.compress, slow);
+    }
+  }
+}
+
+// No hook: the ring of send_recv calls measures the link; both ranks hold the same link and
+// the same decision.
+TEST_F(CodecAuto, MeasuredPointToPointDecisionsAreTheSameOnEveryRank) {
+  if (world_size_ != 2) GTEST_SKIP() << "needs 2 ranks";
+  const LinkHook hook("");
+  const CompressionPolicy policy = auto_policy();
+  CompressedSiteComm door(*world_, policy);
+  std::vector<float> like(64 * 512);
+  door.prepare_point_to_point(Site::pp_grad, host_tensor(like));
+  const std::vector<AutoDecision> d = door.autotune()->take_new_decisions();
+  ASSERT_EQ(d.size(), 1u);
+  const std::vector<double> mine = {double(d[0].prediction.compress), d[0].prediction.native_s,
+                                    d[0].prediction.compressed.total()};
+  EXPECT_EQ(rank0s(mine), mine);
+  EXPECT_GT(d[0].prediction.native_s, 0);
+  EXPECT_GT(d[0].prediction.compressed.encode_s, 0);
+  const LinkModel link = *door.autotune()->p2p_link();
+  EXPECT_EQ(rank0s({link.latency_s, link.bandwidth_Bps}),
+            (std::vector<double>{link.latency_s, link.bandwidth_Bps}));
+  if (world_rank_ == 0)
+    std::printf("%s", auto_decision_table(d, *door.autotune(), policy.auto_margin()).c_str());
 }
 
 // --- training ------------------------------------------------------------------------------
@@ -225,6 +317,35 @@ TEST_F(CodecAuto, TrainingWithAutoHasTheLossesOfTheCodecItChose) {
   EXPECT_EQ(slow, taco);
   EXPECT_NE(none, taco);
   for (double loss : slow) EXPECT_TRUE(std::isfinite(loss));
+}
+
+// The same over a pipeline (pp = 2, tp = 1): only pp.act and pp.grad can compress, decided
+// before the first step; re-checks decide them again between steps.
+TEST_F(CodecAuto, PipelineTrainingWithAutoHasTheLossesOfTheCodecItChose) {
+  if (world_size_ != 2) GTEST_SKIP() << "needs 2 ranks (pp = 2)";
+  constexpr int kSteps = 4;
+  const std::vector<std::string> pp2 = {"parallel.tp=1", "parallel.pp=2"};
+  auto with = [&](std::vector<std::string> o) {
+    o.insert(o.begin(), pp2.begin(), pp2.end());
+    return losses(tiny_tp2_config(kSteps, o));
+  };
+  const std::vector<double> none = with({});
+  const std::vector<double> taco = with({"compression.default={codec: taco, group: 32}"});
+  const std::vector<std::string> automatic = {
+      "compression.default={codec: auto, candidate: taco, group: 32}",
+      "compression.auto_recheck_steps=2"};
+  std::vector<double> fast, slow;
+  {
+    const LinkHook hook(kFastLink);
+    fast = with(automatic);
+  }
+  {
+    const LinkHook hook(kSlowLink);
+    slow = with(automatic);
+  }
+  EXPECT_EQ(fast, none);
+  EXPECT_EQ(slow, taco);
+  EXPECT_NE(none, taco);
 }
 
 }  // namespace
