@@ -283,6 +283,7 @@ bool decode8_strip(const uint8_t* codes, int64_t l0, int64_t width, const uint8_
                    const Fp8GroupSpec& spec, int64_t g, float* out) {
   return decode_at<ToF32, float, false>(codes, l0, width, scales, spec, g, out);
 }
+
 }  // namespace taco::cpu::lanes
 
 #if defined(__clang__)
