@@ -202,6 +202,30 @@ inline DecodeScale read_scale(const uint8_t* scales, int64_t g, int64_t num_grou
 constexpr float kOverflowBound = 0x1p127f;
 inline bool may_overflow(float m, float abs_a) { return !(m < kOverflowBound * abs_a); }
 
+// Along tokens (fp8_block's kernels/cpu/codec_fp8_tokens.cpp, taco's codec_taco_tokens.cpp):
+// columns [c0, c0 + w) of one row block, n rows from element `base`; group g is column c0's.
+struct Strip {
+  int64_t base, g;
+  int n, w;
+};
+
+// f(strip, next) for the strips of up to kStrip columns of groups [g0, g1) in order; next.n = 0
+// after the last.
+template <int kStrip, class F>
+TACO_SIMD_INLINE void for_strips(const Fp8GroupSpec& s, int64_t g0, int64_t g1, F&& f) {
+  auto at = [&](int64_t g) {
+    if (g >= g1) return Strip{0, g, 0, 0};
+    const int64_t rb = g / s.cols, c0 = g % s.cols;
+    const int w = int(std::min({s.cols - c0, g1 - g, int64_t(kStrip)}));
+    return Strip{rb * s.group * s.cols + c0, g, int(std::min(s.group, s.rows - rb * s.group)), w};
+  };
+  for (Strip t = at(g0); t.n > 0;) {
+    const Strip next = at(t.g + t.w);
+    f(t, next);
+    t = next;
+  }
+}
+
 // A taco decode factor that lost precision: subnormal, or 0 from a non-zero scale.
 inline bool tiny_factor(float mul, float q) {
   return std::fpclassify(mul) == FP_SUBNORMAL || (mul == 0.f && q != 0.f);
@@ -307,6 +331,16 @@ TACO_DECLARE_BLOCK_TOKENS_DECODE(StoreF32)
 TACO_DECLARE_BLOCK_TOKENS_DECODE(AccumulateF32)
 TACO_DECLARE_BLOCK_TOKENS_DECODE(StoreBf16)
 #undef TACO_DECLARE_BLOCK_TOKENS_DECODE
+
+// taco's decode along tokens to fp32 on AVX2, groups [g0, g1): a strip of a row block's columns
+// staged in L1 and its batches run by kernels/cpu/codec_taco_lanes.h
+// (kernels/cpu/codec_taco_tokens.cpp), the rest through decode_range.
+#define TACO_DECLARE_TACO_TOKENS_DECODE(Store)                                           \
+  int64_t taco_tokens_decode(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, \
+                             int64_t g0, int64_t g1, Store st, Scratch* w);
+TACO_DECLARE_TACO_TOKENS_DECODE(StoreF32)
+TACO_DECLARE_TACO_TOKENS_DECODE(AccumulateF32)
+#undef TACO_DECLARE_TACO_TOKENS_DECODE
 
 // A loop built three times, for baseline x86-64 (SSE2), AVX2 (8 floats per instruction) and
 // AVX-512 (16): the same source and so the same operations per element (no FMA: the files are

@@ -1,9 +1,12 @@
 // The CPU FP8 codecs' entry points (kernels/codec_fp8.h): the message cut into chunks of whole
 // groups handed to OpenMP threads, taco's groups eight at a time where the CPU has AVX2
-// (kernels/cpu/codec_taco_lanes.h), fp8_block's along tokens a strip of columns at a time
-// (kernels/cpu/codec_fp8_tokens.cpp), everything else through the element loops of
+// (kernels/cpu/codec_taco_lanes.h; its fp32 decode along tokens through a staged strip of
+// columns, kernels/cpu/codec_taco_tokens.cpp), fp8_block's along tokens a strip of columns at a
+// time (kernels/cpu/codec_fp8_tokens.cpp), everything else through the element loops of
 // kernels/cpu/codec_fp8.cpp.
 #include <omp.h>
+
+#include <type_traits>
 
 #include "kernels/cpu/codec_fp8_internal.h"
 
@@ -49,6 +52,9 @@ int64_t decode_chunk(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s,
                      int64_t g1, Store st, Scratch* w) {
   if (s.along_tokens && !s.hadamard) return block_tokens_decode(c, sc, s, g0, g1, st, w);
   if (isa_for(s.hadamard) < 1 || !lanes::handles(s)) return decode_range(c, sc, s, g0, g1, st, w);
+  if constexpr (!std::is_same_v<Store, StoreBf16>) {
+    if (s.along_tokens) return taco_tokens_decode(c, sc, s, g0, g1, st, w);
+  }
   int64_t counted = 0;
   in_batches(
       g0, g1, [&](int64_t g) { return st.lanes8(c, sc, s, g); },

@@ -17,28 +17,6 @@ namespace {
 // decode: whole rows where it can (long runs for the prefetchers).
 constexpr int kEncodeStrip = 256, kDecodeStrip = 1024;
 
-// Columns [c0, c0 + w) of one row block: n rows from element `base`; group g is column c0's.
-struct Strip {
-  int64_t base, g;
-  int n, w;
-};
-
-// f(strip, next) for the strips of groups [g0, g1) in order; next.n = 0 after the last.
-template <int kStrip, class F>
-TACO_SIMD_INLINE void for_strips(const Fp8GroupSpec& s, int64_t g0, int64_t g1, F&& f) {
-  auto at = [&](int64_t g) {
-    if (g >= g1) return Strip{0, g, 0, 0};
-    const int64_t rb = g / s.cols, c0 = g % s.cols;
-    const int w = int(std::min({s.cols - c0, g1 - g, int64_t(kStrip)}));
-    return Strip{rb * s.group * s.cols + c0, g, int(std::min(s.group, s.rows - rb * s.group)), w};
-  };
-  for (Strip t = at(g0); t.n > 0;) {
-    const Strip next = at(t.g + t.w);
-    f(t, next);
-    t = next;
-  }
-}
-
 // make_quantizer's e8m0 exponent k (ea = 0) of a finite group whose max |x| has the bits mb:
 // the smallest kq with m <= target * 2^kq (0 for m = 0), clamped to [-127, 127], from the
 // exponents and mantissas frexp gives (a subnormal m times 2^25 first, exactly).

@@ -32,4 +32,10 @@ bool decode8(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& sp
 bool decode8(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec, int64_t g,
              bf16* out);
 
+// Along tokens, from a staged strip (kernels/cpu/codec_taco_tokens.cpp): groups [g, g + 8) are
+// columns l0 .. l0 + 7 of a [G, width] block of codes, decoded into the same columns of a
+// [G, width] block out (stored, never added); the scales at g as above.
+bool decode8_strip(const uint8_t* codes, int64_t l0, int64_t width, const uint8_t* scales,
+                   const Fp8GroupSpec& spec, int64_t g, float* out);
+
 }  // namespace taco::cpu::lanes

@@ -181,12 +181,13 @@ TACO_LANES_INLINE bool factors(const uint8_t* scales, const Fp8GroupSpec& s, int
   return all(_mm256_and_ps(_mm256_or_ps(normal(mul), zero_of_zero), within));
 }
 
+// cols: the row length along tokens (s.cols, or a strip's width where codes and out are staged).
 template <int kN, bool kE4m3, class Out>
 TACO_LANES_INLINE bool decode_batch(const uint8_t* codes, const uint8_t* scales,
-                                    const Fp8GroupSpec& s, int64_t base, int64_t g, float h,
-                                    const Out& out) {
+                                    const Fp8GroupSpec& s, int64_t base, int64_t cols, int64_t g,
+                                    float h, const Out& out) {
   constexpr bool kTokens = Out::tokens;
-  const At<kN, kTokens> at{base, s.cols};
+  const At<kN, kTokens> at{base, cols};
   V mul;
   if (!factors<kN>(scales, s, g, h, mul)) return false;
   if (any_special_code(codes, at, kE4m3)) return false;
@@ -233,24 +234,31 @@ TACO_LANES_INLINE bool decode_batch(const uint8_t* codes, const uint8_t* scales,
 
 template <int kN, class Out>
 bool decode_sized(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& s, int64_t base,
-                  int64_t g, float h, const Out& out) {
-  return s.format == Fp8Format::e4m3 ? decode_batch<kN, true>(codes, scales, s, base, g, h, out)
-                                     : decode_batch<kN, false>(codes, scales, s, base, g, h, out);
+                  int64_t cols, int64_t g, float h, const Out& out) {
+  return s.format == Fp8Format::e4m3
+             ? decode_batch<kN, true>(codes, scales, s, base, cols, g, h, out)
+             : decode_batch<kN, false>(codes, scales, s, base, cols, g, h, out);
+}
+
+template <template <bool...> class Out, class T, bool... kMore>
+bool decode_at(const uint8_t* codes, int64_t base, int64_t cols, const uint8_t* scales,
+               const Fp8GroupSpec& s, int64_t g, T* out) {
+  const float h = hadamard_scale(int(s.group));
+  auto run = [&](auto sink) {
+    bool done = false;
+    simd::with_taco_size(s.group, [&]<int kN>() {
+      done = decode_sized<kN>(codes, scales, s, base, cols, g, h, sink);
+    });
+    return done;
+  };
+  return s.along_tokens ? run(Out<true, kMore...>{out}) : run(Out<false, kMore...>{out});
 }
 
 template <template <bool...> class Out, class T, bool... kMore>
 bool decode_any(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& s, int64_t g,
                 T* out) {
   const int64_t base = batch_base(s, g);
-  if (base < 0) return false;
-  const float h = hadamard_scale(int(s.group));
-  auto run = [&](auto sink) {
-    bool done = false;
-    simd::with_taco_size(
-        s.group, [&]<int kN>() { done = decode_sized<kN>(codes, scales, s, base, g, h, sink); });
-    return done;
-  };
-  return s.along_tokens ? run(Out<true, kMore...>{out}) : run(Out<false, kMore...>{out});
+  return base >= 0 && decode_at<Out, T, kMore...>(codes, base, s.cols, scales, s, g, out);
 }
 
 }  // namespace
@@ -269,6 +277,11 @@ bool decode8(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& sp
 bool decode8(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec, int64_t g,
              bf16* out) {
   return decode_any<ToBf16, bf16>(codes, scales, spec, g, out);
+}
+
+bool decode8_strip(const uint8_t* codes, int64_t l0, int64_t width, const uint8_t* scales,
+                   const Fp8GroupSpec& spec, int64_t g, float* out) {
+  return decode_at<ToF32, float, false>(codes, l0, width, scales, spec, g, out);
 }
 
 }  // namespace taco::cpu::lanes
