@@ -208,136 +208,132 @@ double startup_timeout(int argc, char** argv) {
   return taco::ParallelSection{}.timeout_s;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Help and the reference need no MPI (and no mpirun); a bad command line falls through to the
-  // collective path below, which reports it once.
+// --help and --print-config-reference need no MPI (and no mpirun): true when the command line
+// asked for one of them, answered. A bad command line is left to the collective path, which
+// reports it once.
+bool answered_without_mpi(int argc, char** argv) {
   try {
     const Args early = parse_args(argc, argv);
     if (early.help) {
       std::fputs(kUsage, stdout);
       std::fputs(taco::config_keys_brief().c_str(), stdout);
-      return 0;
+      return true;
     }
     if (early.print_reference) {
       std::fputs(taco::config_reference_markdown().c_str(), stdout);
-      return 0;
+      return true;
     }
   } catch (const std::exception&) {
   }
-  {
-    // A peer that dies inside MPI_Init leaves the others waiting there: watched too, with at
-    // least 10 s, since a loaded machine can take seconds to start many ranks.
-    const auto [launch_rank, launch_size] = taco::launcher_rank_and_size();
-    const double timeout = startup_timeout(argc, argv);
-    taco::start_watchdog(timeout > 0 ? std::max(timeout, 10.0) : 0.0, launch_rank);
-    taco::init_fault_point(launch_rank);
-    taco::fault_point("startup");
-    taco::WatchScope watch("MPI_Init", taco::Site::startup, launch_rank, launch_size);
-    MPI_Init(&argc, &argv);
-  }
-  int rank = 0, world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  taco::set_error_rank(rank);
-  taco::init_logging(rank, false);
-  // Start-up's agreements go through the communicator door (parallel/host_values.h); making it
-  // is collective, so it is watched as MPI_Init is.
-  std::unique_ptr<taco::MpiCommunicator> world_comm;
-  {
-    taco::WatchScope watch("comm_dup", taco::Site::startup, -1, MPI_COMM_WORLD, "world");
-    world_comm = std::make_unique<taco::MpiCommunicator>(MPI_COMM_WORLD, "world");
-  }
+  return false;
+}
 
+// MPI_Init, watched: a peer that dies inside it leaves the others waiting there, so the
+// watchdog runs from here on, with at least 10 s, since a loaded machine can take seconds to
+// start many ranks.
+void start_mpi(int* argc, char*** argv) {
+  const auto [launch_rank, launch_size] = taco::launcher_rank_and_size();
+  const double timeout = startup_timeout(*argc, *argv);
+  taco::start_watchdog(timeout > 0 ? std::max(timeout, 10.0) : 0.0, launch_rank);
+  taco::init_fault_point(launch_rank);
+  taco::fault_point("startup");
+  taco::WatchScope watch("MPI_Init", taco::Site::startup, launch_rank, launch_size);
+  MPI_Init(argc, argv);
+}
+
+// The run as every rank has loaded it, before anything is written.
+struct Run {
   Args args;
   taco::Config config;
-  std::unique_ptr<taco::Trainer> trainer;
-  taco::RunContext ctx;
-  ctx.world = MPI_COMM_WORLD;
-  ctx.local_rank = local_rank_from_env();
-  taco::install_stop_signal_handlers();
-  // mpirun stops reading the ranks' output once it is told to stop (SIGINT/SIGTERM): a log line
-  // written then must fail (EPIPE), not kill the rank before it has saved its checkpoint.
-  std::signal(SIGPIPE, SIG_IGN);
-  taco::init_fault_point(rank);
   std::string file_resume;  // checkpoint.resume as the file and its --set give it
+  taco::RunContext ctx;
+  std::unique_ptr<taco::Trainer> trainer;
+};
 
-  int rc = collectively(*world_comm, [&] {
-    args = parse_args(argc, argv);
-    std::vector<std::string> overrides = args.overrides;
-    if (args.resume) overrides.push_back("checkpoint.resume=true");
-    config = load(args, overrides);
-    file_resume =
-        args.resume ? load(args, args.overrides).checkpoint.resume : config.checkpoint.resume;
-    taco::start_watchdog(config.parallel.timeout_s, rank);
+// Parses and loads the config (collectively: bad input ends every rank with one line).
+int load_run(taco::MpiCommunicator& world, int argc, char** argv, int rank, Run& run) {
+  return collectively(world, [&] {
+    run.args = parse_args(argc, argv);
+    std::vector<std::string> overrides = run.args.overrides;
+    if (run.args.resume) overrides.push_back("checkpoint.resume=true");
+    run.config = load(run.args, overrides);
+    run.file_resume = run.args.resume ? load(run.args, run.args.overrides).checkpoint.resume
+                                      : run.config.checkpoint.resume;
+    taco::start_watchdog(run.config.parallel.timeout_s, rank);
   });
-  if (rc == 0) {
-    rc = collectively(*world_comm, [&] {
-      namespace fs = std::filesystem;
-      ctx.run_dir = (fs::path(config.run.dir) / config.run.name).string();
-      if (rank == 0) {  // an empty folder changes nothing; its files wait for the checks below
-        std::error_code ec;
-        fs::create_directories(ctx.run_dir, ec);
-        if (ec)
-          throw taco::UserError(ctx.run_dir + ": cannot create run directory: " + ec.message() +
-                                " (set run.dir)");
-      }
-      {
-        taco::WatchScope watch("barrier", taco::Site::startup, -1, *world_comm);
-        world_comm->barrier(nullptr);
-      }
-      // Until the checks have passed, the log lines wait in memory (rank 0 writes them below).
-      taco::init_logging(rank, config.log.all_ranks);
-      auto pending = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(100000);
-      pending->set_pattern(config.log.all_ranks ? "[rank " + std::to_string(rank) + "] %v" : "%v");
-      spdlog::default_logger()->sinks().push_back(pending);
-      for (const std::string& w : taco::config_warnings(config)) spdlog::warn("{}", w);
-      spdlog::info("taco-train: {} ({} rank{})", config.source, world, world == 1 ? "" : "s");
-      taco::Config saved = config;
-      saved.checkpoint.resume = file_resume;
-      const std::string saved_yaml = taco::config_to_yaml(saved);
-      spdlog::info("effective config (saved to {}/config.yaml):\n{}", ctx.run_dir, saved_yaml);
-      if (config.checkpoint.keep > 0) {
-        const std::string dir =
-            config.checkpoint.dir.empty() ? ctx.run_dir + "/ckpt" : config.checkpoint.dir;
-        taco::check_checkpoint_dir_writable(dir, MPI_COMM_WORLD);
-      }
-      trainer = std::make_unique<taco::Trainer>(config, ctx);
-      spdlog::info("{}", trainer->describe());
-      const std::string config_path = ctx.run_dir + "/config.yaml";
-      if (rank == 0) {
-        warn_small_data(config);
-        warn_schedule_change(config, *trainer, config_path);
-        std::ofstream out(config_path + ".part");
-        out << saved_yaml;
-        out.close();
-        std::error_code ec;
-        if (!out || (fs::rename(config_path + ".part", config_path, ec), ec))
-          throw taco::UserError(config_path + ": cannot write the run's config (" +
-                                (ec ? ec.message() : std::string("write failed")) +
-                                "); check run.dir's free space and permissions");
-        std::ofstream log(ctx.run_dir + "/log.txt", std::ios::app);
-        for (const std::string& line : pending->last_formatted()) log << line;
-      }
-      taco::init_logging(rank, config.log.all_ranks, rank == 0 ? ctx.run_dir + "/log.txt" : "");
-    });
-  }
-  if (rc != 0) {
-    finalize();
-    return rc;
-  }
+}
 
+// The run folder, the Trainer (every check it makes) and the writable-folder probe, with the log
+// lines held in memory; only once all of them pass does rank 0 write config.yaml and put those
+// lines into log.txt. Collective, as load_run.
+int open_run(taco::MpiCommunicator& world, int rank, int ranks, Run& run) {
+  namespace fs = std::filesystem;
+  const taco::Config& config = run.config;
+  taco::RunContext& ctx = run.ctx;
+  return collectively(world, [&] {
+    ctx.run_dir = (fs::path(config.run.dir) / config.run.name).string();
+    if (rank == 0) {  // an empty folder changes nothing; its files wait for the checks below
+      std::error_code ec;
+      fs::create_directories(ctx.run_dir, ec);
+      if (ec)
+        throw taco::UserError(ctx.run_dir + ": cannot create run directory: " + ec.message() +
+                              " (set run.dir)");
+    }
+    {
+      taco::WatchScope watch("barrier", taco::Site::startup, -1, world);
+      world.barrier(nullptr);
+    }
+    // Until the checks have passed, the log lines wait in memory (rank 0 writes them below).
+    taco::init_logging(rank, config.log.all_ranks);
+    auto pending = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(100000);
+    pending->set_pattern(config.log.all_ranks ? "[rank " + std::to_string(rank) + "] %v" : "%v");
+    spdlog::default_logger()->sinks().push_back(pending);
+    for (const std::string& w : taco::config_warnings(config)) spdlog::warn("{}", w);
+    spdlog::info("taco-train: {} ({} rank{})", config.source, ranks, ranks == 1 ? "" : "s");
+    taco::Config saved = config;
+    saved.checkpoint.resume = run.file_resume;
+    const std::string saved_yaml = taco::config_to_yaml(saved);
+    spdlog::info("effective config (saved to {}/config.yaml):\n{}", ctx.run_dir, saved_yaml);
+    if (config.checkpoint.keep > 0) {
+      const std::string dir =
+          config.checkpoint.dir.empty() ? ctx.run_dir + "/ckpt" : config.checkpoint.dir;
+      taco::check_checkpoint_dir_writable(dir, MPI_COMM_WORLD);
+    }
+    run.trainer = std::make_unique<taco::Trainer>(config, ctx);
+    spdlog::info("{}", run.trainer->describe());
+    const std::string config_path = ctx.run_dir + "/config.yaml";
+    if (rank == 0) {
+      warn_small_data(config);
+      warn_schedule_change(config, *run.trainer, config_path);
+      std::ofstream out(config_path + ".part");
+      out << saved_yaml;
+      out.close();
+      std::error_code ec;
+      if (!out || (fs::rename(config_path + ".part", config_path, ec), ec))
+        throw taco::UserError(config_path + ": cannot write the run's config (" +
+                              (ec ? ec.message() : std::string("write failed")) +
+                              "); check run.dir's free space and permissions");
+      std::ofstream log(ctx.run_dir + "/log.txt", std::ios::app);
+      for (const std::string& line : pending->last_formatted()) log << line;
+    }
+    taco::init_logging(rank, config.log.all_ranks, rank == 0 ? ctx.run_dir + "/log.txt" : "");
+  });
+}
+
+// Trains, and returns the process's exit code: 0, 128 + the signal that stopped it (after its
+// checkpoint), or the error's code. A collective error leaves in order on every rank (one line);
+// any other aborts the job.
+int train(Run& run, int rank) {
   taco::TrainHistory history;
   try {
-    history = trainer->run();
+    history = run.trainer->run();
   } catch (const taco::CollectiveError& e) {
     // Every rank stopped at the same point: one line (on the terminal and in log.txt), and every
     // rank leaves in order, with no MPI_Abort banner.
     if (rank == 0) {
       std::fprintf(stderr, "taco-train: error: %s\n", e.what());
       std::fflush(stderr);
-      std::ofstream(ctx.run_dir + "/log.txt", std::ios::app) << "error: " << e.what() << "\n";
+      std::ofstream(run.ctx.run_dir + "/log.txt", std::ios::app) << "error: " << e.what() << "\n";
     }
     finalize();
     return e.exit_code();
@@ -362,10 +358,45 @@ int main(int argc, char** argv) {
     finalize();
     return 128 + sig;
   }
-  if (history.start_step >= config.train.steps)
+  if (history.start_step >= run.config.train.steps)
     spdlog::info("the checkpoint is at step {} of train.steps {}: nothing left to train",
-                 history.start_step, config.train.steps);
-  spdlog::info("done: outputs in {}/", ctx.run_dir);
+                 history.start_step, run.config.train.steps);
+  spdlog::info("done: outputs in {}/", run.ctx.run_dir);
   finalize();
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (answered_without_mpi(argc, argv)) return 0;
+  start_mpi(&argc, &argv);
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  taco::set_error_rank(rank);
+  taco::init_logging(rank, false);
+  // Start-up's agreements go through the communicator door (parallel/host_values.h); making it
+  // is collective, so it is watched as MPI_Init is.
+  std::unique_ptr<taco::MpiCommunicator> world;
+  {
+    taco::WatchScope watch("comm_dup", taco::Site::startup, -1, MPI_COMM_WORLD, "world");
+    world = std::make_unique<taco::MpiCommunicator>(MPI_COMM_WORLD, "world");
+  }
+  Run run;
+  run.ctx.world = MPI_COMM_WORLD;
+  run.ctx.local_rank = local_rank_from_env();
+  taco::install_stop_signal_handlers();
+  // mpirun stops reading the ranks' output once it is told to stop (SIGINT/SIGTERM): a log line
+  // written then must fail (EPIPE), not kill the rank before it has saved its checkpoint.
+  std::signal(SIGPIPE, SIG_IGN);
+  taco::init_fault_point(rank);
+
+  int rc = load_run(*world, argc, argv, rank, run);
+  if (rc == 0) rc = open_run(*world, rank, ranks, run);
+  if (rc != 0) {
+    finalize();
+    return rc;
+  }
+  return train(run, rank);
 }
