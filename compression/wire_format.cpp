@@ -130,6 +130,8 @@ void write_wire_header(const WireHeader& h, uint8_t* out) {
   put<uint32_t>(out, off::checksum, fnv1a(out, off::checksum));
 }
 
+// Long on purpose: one check after another in the order the README lists them, each with its
+// own status and detail, reading no byte before the size has been checked to hold it.
 WireStatus read_wire_header(const uint8_t* in, size_t size, WireHeader* h, std::string* detail) {
   const std::string got = std::to_string(size) + " bytes";
   if (size < 4) {

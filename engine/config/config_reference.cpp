@@ -166,6 +166,7 @@ std::pair<std::string, std::string> codec_key_doc(std::string_view key) {
   return {f ? type_of(*f) : "", f ? f->doc : ""};
 }
 
+// Long on purpose: mostly the prose and examples of the compression section, in reading order.
 std::string compression_part() {
   const CompressionSection defaults{};
   std::string out;
