@@ -245,6 +245,28 @@ TEST(TrainBench, BadInputExitsTwoWithOneLine) {
   expect_bad_input("--tp 3", "n_head = 4, which tp must divide");
   expect_bad_input("--steps 5 --warmup 5", "must exceed --warmup");
   expect_bad_input("--rounds 0", "--rounds 0: expected at least 1");
+  expect_bad_input("--pp 3", "n_layer = 4, which pp must divide");
+  expect_bad_input("--pp 0", "--pp 0: expected at least 1");
+}
+
+// --pp P: TP x P ranks, parallel.pp = P, one micro-batch per stage (P x B x T tokens a step),
+// the stages in the run's name.
+TEST(TrainBench, PipelineStagesMultiplyTheRanksAndTheTokensOfAStep) {
+  const std::string out = taco::test::scratch_dir("train_bench_pp");
+  std::filesystem::create_directories(out + "/build");
+  write_file(out + "/build/taco-train", kFakeTrainer);
+  std::filesystem::permissions(out + "/build/taco-train", std::filesystem::perms::owner_all);
+  const auto r = run_command(script() + " --build " + out +
+                             "/build --models tiny --tp 1 --pp 2 --codecs none,taco --steps 8" +
+                             " --warmup 2 --device cpu --out " + out + "/report");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto v = read_report(out + "/report");
+  const std::string line = v.at("tiny-tp1-pp2-taco.command_line");
+  EXPECT_NE(line.find("-np 2 "), std::string::npos) << line;
+  EXPECT_NE(line.find("parallel.pp=2"), std::string::npos) << line;
+  EXPECT_NE(line.find("train.global_batch_tokens=2048"), std::string::npos) << line;
+  EXPECT_DOUBLE_EQ(num(v, "tiny-tp1-pp2-taco.tok_per_s"), 2048 / 0.0555);  // 2 x 8 x 128
+  EXPECT_DOUBLE_EQ(num(v, "tiny-tp1-pp2-taco.speedup"), 105.5 / 55.5);
 }
 
 }  // namespace

@@ -6,12 +6,14 @@ For each setup (model x tensor-parallel size) and codec it runs
     mpirun -np TP build/taco-train CONFIG --set parallel.tp=TP --set parallel.backend=mpi ...
 
 on random-token shards it writes itself (or --data-train/--data-val), one micro-batch per step
-(B16 x T1024 for the GPT-2 configs), logged every --log-every steps as a user trains, and reads
-runs/<name>/metrics.jsonl (one record per logged step, listing every step's time since the last
-one). Per run: the steady-state ms/step (median of the step times after --warmup),
-tokens/s, communication share, wire and logical bytes per step, speedup over `none` of the same
-setup (none_ms / ms), a logged step's time over an unlogged one's, the loss after --steps, and the breakdown of a step (means over the same
-steps): codec kernels, wire (comm - staging - codec), staging copies, compute (step - comm).
+(B16 x T1024 for the GPT-2 configs; with --pp P, P pipeline stages on TP x P ranks and P
+micro-batches a step, so 1F1B has one per stage), logged every --log-every steps as a user
+trains, and reads runs/<name>/metrics.jsonl (one record per logged step, listing every step's
+time since the last one). Per run: the steady-state ms/step (median of the step times after
+--warmup), tokens/s, communication share, wire and logical bytes per step, speedup over `none`
+of the same setup (none_ms / ms), a logged step's time over an unlogged one's, the loss after
+--steps, and the breakdown of a step (means over the same steps): codec kernels, wire (comm -
+staging - codec), staging copies, compute (step - comm).
 
 With --rounds N the codec list runs N times, interleaved (none, taco, ..., none, taco, ...):
 on a shared machine whose speed drifts, each speedup is taken against the `none` run beside it,
@@ -53,7 +55,7 @@ MODELS = {
 }
 
 # codec name -> the --set keys that select it. With dp = pp = 1 the default codec reaches only
-# the tensor-parallel sites (attn/mlp in/out, embed, head.in); group auto calibrates G and the
+# the tensor-parallel sites (with --pp also pp.act and pp.grad) (attn/mlp in/out, embed, head.in); group auto calibrates G and the
 # axis per site over the first step (compression/README.md "Policy").
 CODECS = {
     "none": ["compression.default.codec=none"],
@@ -93,6 +95,8 @@ def parse_args(argv):
                epilog="Config keys for --set: docs/config-reference.md; the metrics.jsonl it "
                "reads: docs/logs-and-metrics.md.")
     p.add_argument("--tp", default="2,4", help="tensor-parallel sizes [2,4]")
+    p.add_argument("--pp", type=int, default=1,
+                   help="pipeline stages: TP x PP ranks, PP micro-batches a step [1]")
     p.add_argument("--models", default="124m", help="124m,350m (or tiny, or a YAML path) [124m]")
     p.add_argument("--codecs", default=DEFAULT_CODECS, help=f"[{DEFAULT_CODECS}]")
     p.add_argument("--steps", type=int, default=40, help="optimizer steps per run [40]")
@@ -139,6 +143,8 @@ def parse_args(argv):
              "after warm-up)")
     if a.rounds < 1:
         fail(f"--rounds {a.rounds}: expected at least 1")
+    if a.pp < 1:
+        fail(f"--pp {a.pp}: expected at least 1")
     if bool(a.data_train) != bool(a.data_val):
         fail("--data-train and --data-val go together")
     for kv in a.set:
@@ -187,6 +193,12 @@ class Model:
                 fail(f"--tp {tp}: model {self.name} has {key} = {getattr(self, key)}, which tp "
                      "must divide")
 
+    def check_pp(self, pp):
+        if self.n_layer % pp:
+            fail(f"--pp {pp}: model {self.name} has n_layer = {self.n_layer}, which pp must "
+                 "divide")
+        self.tokens_per_step *= pp  # one micro-batch per stage
+
 
 def cmake_cache_has_cuda(build):
     """True/False from the build's CMakeCache.txt; None when there is none to read."""
@@ -227,9 +239,9 @@ def resolve_device(a):
     if a.backend == "nccl":
         if a.device != "cuda":
             fail("--backend nccl: NCCL needs a GPU per rank; --device cpu runs MPI on host memory")
-        if gpus is not None and max(a.tp) > gpus:
-            fail(f"--backend nccl: tp = {max(a.tp)} ranks but {gpus} GPU(s); NCCL cannot put two "
-                 "ranks on one GPU, use --backend mpi")
+        if gpus is not None and max(a.tp) * a.pp > gpus:
+            fail(f"--backend nccl: {max(a.tp) * a.pp} ranks (tp x pp) but {gpus} GPU(s); NCCL "
+                 "cannot put two ranks on one GPU, use --backend mpi")
 
 
 # --- data -----------------------------------------------------------------------------------
@@ -267,24 +279,25 @@ def random_shards(out, model, seed):
 # --- one run --------------------------------------------------------------------------------
 
 
-def run_name(model, tp, codec, round_=0):
+def run_name(model, tp, codec, round_=0, pp=1):
     """round_: 1, 2, ... with --rounds > 1 (a suffix -rK), 0 without."""
-    return f"{model.name}-tp{tp}-{codec}" + (f"-r{round_}" if round_ else "")
+    return (f"{model.name}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + f"-{codec}" +
+            (f"-r{round_}" if round_ else ""))
 
 
 def build_command(a, taco_train, model, tp, codec, name, data):
     runs = os.path.join(a.out, "runs")
     sets = [
-        f"parallel.tp={tp}", f"parallel.backend={a.backend}",
+        f"parallel.tp={tp}", f"parallel.pp={a.pp}", f"parallel.backend={a.backend}",
         f"train.steps={a.steps}",
         f"train.micro_batch_size={model.micro_batch_size}",
-        f"train.global_batch_tokens={model.tokens_per_step}",  # one micro-batch per step
+        f"train.global_batch_tokens={model.tokens_per_step}",  # one micro-batch per stage
         f"train.device={a.device}", "train.precision=auto",  # bf16 on cuda, fp32 on cpu
         "checkpoint.keep=0", f"run.name={name}", f"run.dir={runs}",
         f"log.every={a.log_every}", "log.eval_every=0", "log.eval_batches=1",
         f"data.train={data[0]}", f"data.val={data[1]}",
     ] + CODECS[codec] + a.set
-    cmd = [a.mpirun, "-np", str(tp)]
+    cmd = [a.mpirun, "-np", str(tp * a.pp)]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     # Ranks may outnumber cores (several tp ranks on one GPU, or the CPU test); a rank that
@@ -439,13 +452,13 @@ def launch(cmd, env, timeout):
 
 
 def run_one(a, taco_train, model, tp, codec, data, env, round_=0):
-    name = run_name(model, tp, codec, round_)
+    name = run_name(model, tp, codec, round_, a.pp)
     folder = os.path.join(a.out, "runs", name)
     check_run_folder(folder)
     shutil.rmtree(folder, ignore_errors=True)
     cmd = build_command(a, taco_train, model, tp, codec, name, data)
     run = {"name": name, "round": round_, "model": model.name, "config": model.config, "tp": tp,
-           "codec": codec,
+           "pp": a.pp, "codec": codec,
            "device": a.device, "backend": a.backend, "steps": a.steps, "warmup": a.warmup,
            "tokens_per_step": model.tokens_per_step, "command": cmd,
            "command_line": " ".join(shlex.quote(c) for c in cmd),
@@ -565,6 +578,7 @@ def main(argv):
     for m in models:
         for tp in a.tp:
             m.check_tp(tp)
+        m.check_pp(a.pp)
     resolve_device(a)
     a.out = os.path.abspath(a.out)
     os.makedirs(os.path.join(a.out, "runs"), exist_ok=True)
@@ -576,10 +590,10 @@ def main(argv):
     rounds = list(range(1, a.rounds + 1)) if a.rounds > 1 else [0]
     plan = [(m, tp, codec, k) for k in rounds for m in models for tp in a.tp for codec in a.codecs]
     for m, tp, codec, k in plan:  # before anything runs
-        check_run_folder(os.path.join(a.out, "runs", run_name(m, tp, codec, k)))
+        check_run_folder(os.path.join(a.out, "runs", run_name(m, tp, codec, k, a.pp)))
     env = dict(os.environ)
     if "OMP_NUM_THREADS" not in env:  # the ranks share the cores
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(a.tp)))
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // (max(a.tp) * a.pp)))
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     runs = [run_one(a, taco_train, m, tp, codec, data_for[m.name], env, k)
             for m, tp, codec, k in plan]
@@ -590,7 +604,8 @@ def main(argv):
     report = {
         "tool": "tools/bench/train_bench.py",
         "command": [sys.executable, os.path.abspath(__file__)] + list(argv),
-        "started": started, "device": a.device, "backend": a.backend, "steps": a.steps,
+        "started": started, "device": a.device, "backend": a.backend, "pp": a.pp,
+        "steps": a.steps,
         "warmup": a.warmup, "omp_num_threads": env["OMP_NUM_THREADS"],
         "data": {m.name: list(data_for[m.name]) for m in models},
         "data_kind": "real" if a.data_train else f"uniform random tokens, seed {a.seed}",

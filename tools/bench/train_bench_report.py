@@ -135,7 +135,9 @@ def plot(report, png):
                     ax.text(x, max(bottom, r["ms_per_step"]), f"{r['speedup']:.2f}x",
                             ha="center", va="bottom", fontsize=8)
             x += 1.0
-        centres.append(((first + x - 1.0) / 2, f"{model} tp={tp}"))
+        pp = group[0].get("pp", 1)
+        label = f"{model} tp={tp}" + (f" pp={pp}" if pp > 1 else "")
+        centres.append(((first + x - 1.0) / 2, label))
         x += 0.6
     ax.set_xticks(ticks)
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
