@@ -151,6 +151,45 @@ TEST(PlanModel, PipelineBubbleAndTiedEmbeddingByHand) {
   EXPECT_NEAR(p.pp_ms, 3 * 0.018384 + 0.034768, 1e-9);
 }
 
+// codec: auto compresses a site where its predicted time beats the native one by the margin
+// (0.1), as the trainer decides: never on the 1 GB/s link, always on a 1 MB/s one.
+TEST(PlanModel, AutoCompressesOnlyWhereItIsPredictedToPay) {
+  const Cluster fast = load_cluster_text(kCluster, "c.yaml");
+  const Cluster slow =
+      load_cluster_text(cluster_with("bandwidth_GBps: 1,", "bandwidth_GBps: 0.001,"), "c.yaml");
+  // tp = 2, fast: native 10.192 us an all-reduce against 4.272 + 28.672 us compressed.
+  const Config cfg = tiny_model();
+  const Prediction none = predict(cfg, fast, Layout{2, 1, 1}, Policy::none);
+  const Prediction fast_auto = predict(cfg, fast, Layout{2, 1, 1}, Policy::automatic);
+  EXPECT_FALSE(fast_auto.tp_compressed);
+  EXPECT_DOUBLE_EQ(fast_auto.step_ms, none.step_ms);
+  // Slow: native 2 (1 us + 4.096 ms) = 8.194 ms against 2 (1 us + 1.136 ms) + 28.672 us:
+  // taco's time exactly.
+  const Prediction slow_auto = predict(cfg, slow, Layout{2, 1, 1}, Policy::automatic);
+  const Prediction slow_taco = predict(cfg, slow, Layout{2, 1, 1}, Policy::taco);
+  EXPECT_TRUE(slow_auto.tp_compressed);
+  EXPECT_FALSE(slow_auto.pp_compressed);
+  EXPECT_DOUBLE_EQ(slow_auto.tp_ms, slow_taco.tp_ms);
+  EXPECT_DOUBLE_EQ(slow_auto.codec_ms, slow_taco.codec_ms);
+  EXPECT_LT(slow_auto.step_ms, predict(cfg, slow, Layout{2, 1, 1}, Policy::none).step_ms);
+  EXPECT_STREQ(policy_name(Policy::automatic), "auto");
+
+  // pp = 2 (two micro-batches): a 16 x 128 fp32 message is 8192 B, taco's 48 + 2048 + 16 x 8 =
+  // 2224 B. Fast: native 1 + 8.192 us against 8.192 + 1 + 2.224 + 8.192 us: native.
+  const Config two = tiny_model(32);
+  const Prediction pp_fast = predict(two, fast, Layout{1, 2, 1}, Policy::automatic);
+  EXPECT_FALSE(pp_fast.pp_compressed);
+  EXPECT_DOUBLE_EQ(pp_fast.pp_ms, predict(two, fast, Layout{1, 2, 1}, Policy::none).pp_ms);
+  // Slow: native 1 us + 8.192 ms against 2.225 ms + 16.384 us: compressed. A micro-batch's two
+  // messages 2 x 2.225 + 2 x 0.016384 = 4.482768 ms, 3 slots, plus the tied embedding's
+  // all-reduce 2 (1 us + 16.384 ms) = 32.770 ms.
+  const Prediction pp_slow = predict(two, slow, Layout{1, 2, 1}, Policy::automatic);
+  EXPECT_TRUE(pp_slow.pp_compressed);
+  EXPECT_FALSE(pp_slow.tp_compressed);
+  EXPECT_NEAR(pp_slow.pp_ms, 3 * 4.482768 + 32.770, 1e-9);
+  EXPECT_NEAR(pp_slow.codec_ms, 3 * 0.032768, 1e-9);
+}
+
 TEST(PlanModel, DataParallelGradientSumAndSharedDevices) {
   const Config cfg = tiny_model(32);
   Cluster c = load_cluster_text(kCluster, "c.yaml");

@@ -13,6 +13,7 @@
 #include "engine/config/config_source.h"
 #include "kernels/check.h"
 #include "model/param_layout.h"
+#include "parallel/codec_autotune.h"
 #include "parallel/collective_model.h"
 
 namespace taco::plan {
@@ -280,7 +281,9 @@ std::string Layout::name() const {
          (sp ? " sp" : "");
 }
 
-const char* policy_name(Policy p) { return p == Policy::taco ? "taco" : "none"; }
+const char* policy_name(Policy p) {
+  return p == Policy::taco ? "taco" : p == Policy::automatic ? "auto" : "none";
+}
 
 void check_layout(const Config& cfg, const Cluster& cluster, const Layout& l) {
   const std::string& f = cfg.source;
@@ -350,24 +353,32 @@ Prediction predict(const Config& cfg, const Cluster& cl, const Layout& l, Policy
     return double(wire_layout(canonical(taco_opts), {rows, m.d_model}, dtype).total_bytes);
   };
   const int t = l.tp;
+  if (policy != Policy::none && (t > 1 || l.pp > 1) && !cl.codecs.count("taco"))
+    throw UserError(cl.source +
+                    ": codecs: no taco speeds; expected codecs.taco with "
+                    "encode_GBps and decode_GBps (taco-bench codec --json)");
+  const CodecThroughput taco_speed = policy == Policy::none
+                                         ? CodecThroughput{}
+                                         : CodecThroughput{cl.codecs.at("taco").encode_GBps * 1e9,
+                                                           cl.codecs.at("taco").decode_GBps * 1e9};
+  const double margin = cfg.compression.auto_margin;
   double tp_s = 0, codec_s = 0, wire_bytes = 0;
   if (t > 1) {
-    const bool compress = policy == Policy::taco;
-    if (compress && !cl.codecs.count("taco"))
-      throw UserError(cl.source +
-                      ": codecs: no taco speeds; expected codecs.taco with "
-                      "encode_GBps and decode_GBps (taco-bench codec --json)");
-    const CodecSpeed cs = compress ? cl.codecs.at("taco") : CodecSpeed{};
     const int64_t chunk_rows = micro_tokens / t;
-    // What p ranks move per rank: the chunk a rank sends in each of its (p - 1) steps.
-    const double slot = compress ? wire(chunk_rows) : n / t;
     // An all-reduce (all-to-all of chunks, sum, all-gather of the sums) and, under SP, the
     // reduce-scatter plus all-gather that replace it move the same slots in as many steps.
     // Codec work of a compressed one: encode the message and one's summed chunk, decode the p
-    // chunks one sums and the p sums one gathers (native bytes at the measured speeds).
-    const CompressedSeconds compressed = compressed_collective_seconds(
-        CommOp::all_reduce, t, n, slot, slot, {cs.encode_GBps * 1e9, cs.decode_GBps * 1e9},
-        link_model(tp_link));
+    // chunks one sums and the p sums one gathers (native bytes at the measured speeds). auto
+    // compresses where that is predicted to pay, as the trainer decides an all-reduce.
+    const double taco_slot = wire(chunk_rows);
+    const AutoPrediction choice = predict_auto_codec(CommOp::all_reduce, t, n, taco_slot, taco_slot,
+                                                     taco_speed, link_model(tp_link), margin);
+    const bool compress =
+        policy == Policy::taco || (policy == Policy::automatic && choice.compress);
+    p.tp_compressed = compress;
+    // What p ranks move per rank: the chunk a rank sends in each of its (p - 1) steps.
+    const double slot = compress ? taco_slot : n / t;
+    const CompressedSeconds& compressed = choice.compressed;
     const double per_collective = compress ? compressed.wire_s : t_allreduce(tp_link, t, n);
     const double per_wire = 2.0 * (t - 1) * slot;
     const double per_codec = compress ? (compressed.encode_s + compressed.decode_s) * share : 0.0;
@@ -383,10 +394,24 @@ Prediction predict(const Config& cfg, const Cluster& cl, const Layout& l, Policy
     }
   }
   // Pipeline: one activation forward and one gradient back per micro-batch and stage boundary.
-  double pp_mb_s = 0, tied_s = 0;
+  // Under auto each is decided as the trainer decides a prepared pipeline message: one encoded
+  // message each way against the native one.
+  double pp_mb_s = 0, tied_s = 0, pp_codec_mb_s = 0;
   if (l.pp > 1) {
     const Link& pp_link = cl.link_for_span(l.tp * l.pp);
-    pp_mb_s = 2.0 * t_send(pp_link, n / (l.sp ? l.tp : 1));
+    const double pp_bytes = n / (l.sp ? l.tp : 1);
+    pp_mb_s = 2.0 * t_send(pp_link, pp_bytes);
+    if (policy == Policy::automatic) {
+      const double encoded = wire(micro_tokens / (l.sp ? l.tp : 1));
+      const AutoPrediction choice = predict_auto_codec(CommOp::send_recv, 2, pp_bytes, encoded, 0,
+                                                       taco_speed, link_model(pp_link), margin);
+      if (choice.compress) {
+        p.pp_compressed = true;
+        const CompressedSeconds& c = choice.compressed;
+        pp_codec_mb_s = 2.0 * (c.encode_s + c.decode_s) * share;
+        pp_mb_s = 2.0 * c.wire_s + pp_codec_mb_s;
+      }
+    }
     tied_s = t_allreduce(pp_link, 2, double(dims.padded_vocab) / l.tp * m.d_model * cl.dtype_bytes);
   }
   // Data parallel: one all-reduce of this rank's gradients.
@@ -403,7 +428,7 @@ Prediction predict(const Config& cfg, const Cluster& cl, const Layout& l, Policy
   p.tp_ms = slots * tp_mb_s * 1e3;
   p.pp_ms = (slots * pp_mb_s + tied_s) * 1e3;
   p.dp_ms = dp_s * 1e3;
-  p.codec_ms = codec_s * slots / p.microbatches * 1e3;
+  p.codec_ms = (codec_s / p.microbatches + pp_codec_mb_s) * slots * 1e3;
   p.comm_ms = p.tp_ms + p.pp_ms + p.dp_ms;
   p.exposed_comm_ms = p.comm_ms;
   p.tp_wire_mb = wire_bytes / 1e6;
