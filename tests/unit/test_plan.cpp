@@ -188,6 +188,17 @@ TEST(PlanModel, AutoCompressesOnlyWhereItIsPredictedToPay) {
   EXPECT_FALSE(pp_slow.tp_compressed);
   EXPECT_NEAR(pp_slow.pp_ms, 3 * 4.482768 + 32.770, 1e-9);
   EXPECT_NEAR(pp_slow.codec_ms, 3 * 0.032768, 1e-9);
+
+  // dp = 2: the flat gradient message, 407040 fp32 values (1628160 B), in two chunks of 203520
+  // values: 48 + 203520 + 1590 groups x 8 B = 216288 B on the wire each. Fast: native
+  // 2 (1 us + 814.08 us) = 1.63016 ms against 2 (1 us + 216.288 us) + codec (2442240 +
+  // 3256320 B at 1 GB/s = 5.69856 ms): native. Slow: native 2 (1 us + 814.08 ms) against
+  // 2 (1 us + 216.288 ms) + 5.69856 ms = 438.27656 ms: compressed.
+  EXPECT_FALSE(predict(two, fast, Layout{1, 1, 2}, Policy::automatic).dp_compressed);
+  const Prediction dp_slow = predict(two, slow, Layout{1, 1, 2}, Policy::automatic);
+  EXPECT_TRUE(dp_slow.dp_compressed);
+  EXPECT_NEAR(dp_slow.dp_ms, 2 * (1e-3 + 216.288) + 5.69856, 1e-9);
+  EXPECT_NEAR(dp_slow.codec_ms, 5.69856, 1e-9);
 }
 
 TEST(PlanModel, DataParallelGradientSumAndSharedDevices) {

@@ -32,11 +32,11 @@ const char* const kUsage =
     "Predicts one training step of CONFIG's model on the cluster CLUSTER.yaml describes, per\n"
     "layout (tp x pp x dp, sequence parallelism on and off) and codec policy (none; taco, E4M3,\n"
     "G = 128, dual scales, on every tensor-parallel site; auto, codec: auto with taco as the\n"
-    "candidate on the tensor-parallel and pipeline sites, the codec column saying what it\n"
-    "compressed, with CONFIG's compression.auto_margin): step time, tokens/s, MFU, the\n"
-    "communication share and the exposed (not overlapped) communication, from alpha-beta models\n"
-    "of the collectives, the 1F1B bubble, the measured compute rate and the measured codec\n"
-    "speeds the cluster file holds. Prints a table, best first.\n"
+    "candidate on every site, tensor-parallel, pipeline and data-parallel, the codec column\n"
+    "saying what it compressed, with CONFIG's compression.auto_margin): step time, tokens/s,\n"
+    "MFU, the communication share and the exposed (not overlapped) communication, from\n"
+    "alpha-beta models of the collectives, the 1F1B bubble, the measured compute rate and the\n"
+    "measured codec speeds the cluster file holds. Prints a table, best first.\n"
     "\n"
     "  CONFIG            a taco-train experiment (model and train sections; its parallel\n"
     "                    section is ignored: the planner tries every layout)\n"
@@ -148,10 +148,11 @@ std::string json_string(const std::string& s) {
 // The codec column: none, taco, or auto with what it compressed ("auto:tp+pp", "auto:none").
 std::string policy_label(const Prediction& p) {
   if (p.policy != Policy::automatic) return policy_name(p.policy);
-  if (p.tp_compressed && p.pp_compressed) return "auto:tp+pp";
-  if (p.tp_compressed) return "auto:tp";
-  if (p.pp_compressed) return "auto:pp";
-  return "auto:none";
+  std::string parts;
+  for (const auto& [on, name] : {std::pair{p.tp_compressed, "tp"}, std::pair{p.pp_compressed, "pp"},
+                                 std::pair{p.dp_compressed, "dp"}})
+    if (on) parts += (parts.empty() ? "" : "+") + std::string(name);
+  return "auto:" + (parts.empty() ? std::string("none") : parts);
 }
 
 std::string json_prediction(const Prediction& p, double speedup) {
@@ -163,12 +164,13 @@ std::string json_prediction(const Prediction& p, double speedup) {
                 "\"bubble_ms\": %.4f, \"comm_ms\": %.4f, \"exposed_comm_ms\": %.4f, "
                 "\"comm_share\": %.5f, \"tp_ms\": %.4f, \"pp_ms\": %.4f, \"dp_ms\": %.4f, "
                 "\"codec_ms\": %.4f, \"tp_wire_mb\": %.4f, \"tp_compressed\": %s, "
-                "\"pp_compressed\": %s, \"speedup_vs_none\": %.5f}",
+                "\"pp_compressed\": %s, \"dp_compressed\": %s, \"speedup_vs_none\": %.5f}",
                 json_string(p.layout.name()).c_str(), p.layout.tp, p.layout.pp, p.layout.dp,
                 p.layout.sp ? "true" : "false", policy_name(p.policy), p.microbatches, p.step_ms,
                 p.tokens_per_s, p.mfu, p.compute_ms, p.bubble_ms, p.comm_ms, p.exposed_comm_ms,
                 p.comm_share(), p.tp_ms, p.pp_ms, p.dp_ms, p.codec_ms, p.tp_wire_mb,
-                p.tp_compressed ? "true" : "false", p.pp_compressed ? "true" : "false", speedup);
+                p.tp_compressed ? "true" : "false", p.pp_compressed ? "true" : "false",
+                p.dp_compressed ? "true" : "false", speedup);
   return buf;
 }
 
@@ -209,7 +211,7 @@ int run(int argc, char** argv) {
       const Prediction taco = predict(config, cluster, l, Policy::taco);
       rows.push_back({taco, none.step_ms / taco.step_ms});
     }
-    if ((l.tp > 1 || l.pp > 1) && can_compress) {
+    if ((l.tp > 1 || l.pp > 1 || l.dp > 1) && can_compress) {
       const Prediction automatic = predict(config, cluster, l, Policy::automatic);
       rows.push_back({automatic, none.step_ms / automatic.step_ms});
     }
@@ -222,13 +224,13 @@ int run(int argc, char** argv) {
               can_compress ? "" : "; no codec speeds in the cluster file, taco not planned");
   if (!codec_row.empty())
     std::printf("codec speeds from %s: %s\n", o.codec_json.c_str(), codec_row.c_str());
-  std::printf("%-18s %-10s %4s %10s %12s %6s %6s %10s %9s %9s %9s %9s %8s\n", "layout", "codec",
+  std::printf("%-18s %-13s %4s %10s %12s %6s %6s %10s %9s %9s %9s %9s %8s\n", "layout", "codec",
               "mb", "ms/step", "tokens/s", "MFU", "comm", "exposed", "tp ms", "pp ms", "dp ms",
               "bubble", "speedup");
   for (const Row& r : rows) {
     const Prediction& p = r.p;
     std::printf(
-        "%-18s %-10s %4d %10.2f %12.0f %5.1f%% %5.1f%% %10.2f %9.2f %9.2f %9.2f %9.2f "
+        "%-18s %-13s %4d %10.2f %12.0f %5.1f%% %5.1f%% %10.2f %9.2f %9.2f %9.2f %9.2f "
         "%7.2fx\n",
         p.layout.name().c_str(), policy_label(p).c_str(), p.microbatches, p.step_ms, p.tokens_per_s,
         100 * p.mfu, 100 * p.comm_share(), p.exposed_comm_ms, p.tp_ms, p.pp_ms, p.dp_ms,

@@ -353,7 +353,7 @@ Prediction predict(const Config& cfg, const Cluster& cl, const Layout& l, Policy
     return double(wire_layout(canonical(taco_opts), {rows, m.d_model}, dtype).total_bytes);
   };
   const int t = l.tp;
-  if (policy != Policy::none && (t > 1 || l.pp > 1) && !cl.codecs.count("taco"))
+  if (policy != Policy::none && (t > 1 || l.pp > 1 || l.dp > 1) && !cl.codecs.count("taco"))
     throw UserError(cl.source +
                     ": codecs: no taco speeds; expected codecs.taco with "
                     "encode_GBps and decode_GBps (taco-bench codec --json)");
@@ -415,8 +415,23 @@ Prediction predict(const Config& cfg, const Cluster& cl, const Layout& l, Policy
     tied_s = t_allreduce(pp_link, 2, double(dims.padded_vocab) / l.tp * m.d_model * cl.dtype_bytes);
   }
   // Data parallel: one all-reduce of this rank's gradients.
+  // Under auto decided like the tensor-parallel all-reduce, on the flat [1, N] message the
+  // trainer sends (its p chunks of N / p values each).
   const double grads = double(dims.num_params()) / (l.tp * l.pp) * cl.dtype_bytes;
-  const double dp_s = t_allreduce(cl.link_for_span(l.world()), l.dp, grads);
+  const Link& dp_link = cl.link_for_span(l.world());
+  double dp_s = t_allreduce(dp_link, l.dp, grads), dp_codec_s = 0;
+  if (policy == Policy::automatic && l.dp > 1) {
+    const int64_t count = int64_t(grads / cl.dtype_bytes);
+    const int64_t chunk = (count + l.dp - 1) / l.dp;
+    const double slot = double(wire_layout(canonical(taco_opts), {1, chunk}, dtype).total_bytes);
+    const AutoPrediction choice = predict_auto_codec(CommOp::all_reduce, l.dp, grads, slot, slot,
+                                                     taco_speed, link_model(dp_link), margin);
+    if (choice.compress) {
+      p.dp_compressed = true;
+      dp_codec_s = (choice.compressed.encode_s + choice.compressed.decode_s) * share;
+      dp_s = choice.compressed.wire_s + dp_codec_s;
+    }
+  }
 
   const double tp_mb_s = tp_s / p.microbatches;
   const double slot_s = stage_mb_s + tp_mb_s + pp_mb_s;
@@ -428,7 +443,7 @@ Prediction predict(const Config& cfg, const Cluster& cl, const Layout& l, Policy
   p.tp_ms = slots * tp_mb_s * 1e3;
   p.pp_ms = (slots * pp_mb_s + tied_s) * 1e3;
   p.dp_ms = dp_s * 1e3;
-  p.codec_ms = (codec_s / p.microbatches + pp_codec_mb_s) * slots * 1e3;
+  p.codec_ms = ((codec_s / p.microbatches + pp_codec_mb_s) * slots + dp_codec_s) * 1e3;
   p.comm_ms = p.tp_ms + p.pp_ms + p.dp_ms;
   p.exposed_comm_ms = p.comm_ms;
   p.tp_wire_mb = wire_bytes / 1e6;

@@ -82,10 +82,10 @@ struct Layout {
 
 // The codec policy. none: nothing compressed. taco: taco (G 128, dual scales) on every
 // tensor-parallel site (embed, attn.in/out, mlp.in/out, head.in). automatic: codec: auto with
-// taco as the candidate on the tensor-parallel and pipeline sites, decided per message as the
-// trainer decides (parallel/codec_autotune.h: predicted encode + wire + decode below
-// (1 - compression.auto_margin) x native), from the cluster's link and codec speeds. The
-// data-parallel gradient sum stays native under every policy.
+// taco as the candidate on every site, as `compression.default: {codec: auto}` runs: the
+// tensor-parallel messages, the pipeline's and the data-parallel gradient sum, each decided as
+// the trainer decides (parallel/codec_autotune.h: predicted encode + wire + decode below
+// (1 - compression.auto_margin) x native), from the cluster's link and codec speeds.
 enum class Policy { none, taco, automatic };
 const char* policy_name(Policy p);  // "none", "taco", "auto"
 
@@ -99,8 +99,8 @@ struct Prediction {
   double comm_ms = 0;          // every collective on the critical path (bubble's share included)
   double exposed_comm_ms = 0;  // not overlapped with compute: all of it in taco today
   double tp_ms = 0, pp_ms = 0, dp_ms = 0;  // comm_ms split by group (tp includes sp.grad)
-  double codec_ms = 0;                     // part of tp_ms and pp_ms
-  bool tp_compressed = false, pp_compressed = false;  // what the policy chose
+  double codec_ms = 0;                     // part of tp_ms, pp_ms and dp_ms
+  bool tp_compressed = false, pp_compressed = false, dp_compressed = false;  // what it chose
   double tp_wire_mb = 0;  // bytes one rank sends on tp sites per step, MB (1e6)
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs / (step x devices x peak)
