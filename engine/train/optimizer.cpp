@@ -90,9 +90,10 @@ void AdamW::update(const Tensor& params, const Tensor& grads, double lr, float g
     }
     return;
   }
-  // bf16 parameters exist on CUDA only (checked when constructed). All ranges in one launch (a few for deep models), on the legacy default stream in order with
-  // the model's ops; parameters rounded to nearest from the master (the master carries the small
-  // updates, so no stochastic rounding is needed).
+  // bf16 parameters exist on CUDA only (checked when constructed). All ranges in one launch (a few
+  // for deep models), on the legacy default stream in order with the model's ops; parameters
+  // rounded to nearest from the master (the master carries the small updates, so no stochastic
+  // rounding is needed).
   std::vector<cuda::AdamWRange> ranges;
   ranges.reserve(ranges_.size());
   for (const Range& r : ranges_)

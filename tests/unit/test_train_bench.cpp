@@ -153,11 +153,16 @@ with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
     f.write(json.dumps({"step": step, "val_loss": 4.5}) + "\n")
 )PY";
 
-TEST(TrainBench, ReadsTheAgreedMetricsSchema) {
-  const std::string out = taco::test::scratch_dir("train_bench_schema");
+// OUT/build/taco-train: the stand-in trainer, executable.
+void fake_build(const std::string& out) {
   std::filesystem::create_directories(out + "/build");
   write_file(out + "/build/taco-train", kFakeTrainer);
   std::filesystem::permissions(out + "/build/taco-train", std::filesystem::perms::owner_all);
+}
+
+TEST(TrainBench, ReadsTheAgreedMetricsSchema) {
+  const std::string out = taco::test::scratch_dir("train_bench_schema");
+  fake_build(out);
   const auto r =
       run_command(script() + " --build " + out + "/build --models tiny --tp 2" +
                   " --codecs none,taco --steps 8 --warmup 2 --device cpu --out " + out + "/report");
@@ -194,9 +199,7 @@ TEST(TrainBench, ReadsTheAgreedMetricsSchema) {
 
 TEST(TrainBench, RoundsInterleaveTheCodecsAndTakeSpeedupsWithinEachRound) {
   const std::string out = taco::test::scratch_dir("train_bench_rounds");
-  std::filesystem::create_directories(out + "/build");
-  write_file(out + "/build/taco-train", kFakeTrainer);
-  std::filesystem::permissions(out + "/build/taco-train", std::filesystem::perms::owner_all);
+  fake_build(out);
   const auto r = run_command(script() + " --build " + out +
                              "/build --models tiny --tp 2 --codecs none,taco --steps 8 --warmup 2" +
                              " --rounds 3 --device cpu --out " + out + "/report");
@@ -253,9 +256,7 @@ TEST(TrainBench, BadInputExitsTwoWithOneLine) {
 // the stages in the run's name.
 TEST(TrainBench, PipelineStagesMultiplyTheRanksAndTheTokensOfAStep) {
   const std::string out = taco::test::scratch_dir("train_bench_pp");
-  std::filesystem::create_directories(out + "/build");
-  write_file(out + "/build/taco-train", kFakeTrainer);
-  std::filesystem::permissions(out + "/build/taco-train", std::filesystem::perms::owner_all);
+  fake_build(out);
   const auto r = run_command(script() + " --build " + out +
                              "/build --models tiny --tp 1 --pp 2 --codecs none,taco --steps 8" +
                              " --warmup 2 --device cpu --out " + out + "/report");
