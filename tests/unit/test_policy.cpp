@@ -131,9 +131,9 @@ TEST(Policy, Fp8BlockIgnoresTheDualScaleDefault) {
 }
 
 // The same checks run at config load, where the config names the key's own line
-// (tests/unit/test_config.cpp); built directly, the policy names the rule's line. Codec, format
-// and scale names cannot be wrong here: CodecSpec holds enums, and the config reader rejects an
-// unknown name (test_config.cpp, BadCodec, BadFormat, BadScales).
+// (tests/unit/test_config_rejects.cpp); built directly, the policy names the rule's line. Codec,
+// format and scale names cannot be wrong here: CodecSpec holds enums, and the config reader rejects
+// an unknown name (test_config_rejects.cpp, BadCodec, BadFormat, BadScales).
 TEST(Policy, RejectsBadRulesWithOneLineNamingFileLineAndKey) {
   struct Case {
     CompressionSection section;
