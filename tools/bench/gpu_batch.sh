@@ -6,6 +6,11 @@
 #   tests      ctest -L gpu                                                     ~150 s
 #   step       taco-bench step, GPT-2 124M, with PyTorch and the per-kernel rows ~70 s
 #   sizes      taco-bench step, GPT-2 350M and GPT 1.3B, with PyTorch            ~220 s
+#   stepab     taco-bench step 124M of STEPAB_BASE (an older build's taco-bench, carried) against
+#              this build's, alternated STEPAB_ROUNDS times (3): "the step is not slower"  ~40 s a run
+#   trainstep  taco-train on configs/gpt2-124m.yaml, one GPU, random tokens, logged every 10
+#              steps (train_bench.py, tp = 1), beside taco-bench step 124M in the same part:
+#              the trainer's tok/s over the bench's                               ~120 s
 #   trace      the 124M step under libtaco-cupti-trace.so, then gpu_gaps.py      ~20 s
 #   attention  PyTorch's SDPA on the model shapes (attention_vs_torch.py)        ~30 s
 #   codec      taco-bench codec (device codecs against a device-to-device copy)  ~80 s
@@ -67,6 +72,33 @@ for part in "${parts[@]}"; do
       $B/taco-bench step --model $m --torch --json "$OUT/step-$m.json" > "$OUT/step-$m.log" 2>&1
       grep -E "^taco |torch (eager|compile)" "$OUT/step-$m.log"
     done
+    ;;
+  stepab)
+    # taco-bench step, old build against new, alternated; tok/s is the fifth column of "taco".
+    [ -x "${STEPAB_BASE:-}" ] || { echo "stepab: STEPAB_BASE is not an executable"; exit 2; }
+    for r in $(seq "${STEPAB_ROUNDS:-3}"); do
+      for side in base new; do
+        bin=$B/taco-bench; [ $side = base ] && bin=$STEPAB_BASE
+        $bin step --model 124m --steps 30 --warmup 5 > "$OUT/stepab-$side-$r.log" 2>&1
+        awk -v s=$side -v r=$r '$1 == "taco" && NF == 10 { printf "round %s %-4s %s ms/step %s tok/s\n", r, s, $2, $5 }' \
+          "$OUT/stepab-$side-$r.log"
+      done
+    done | tee "$OUT/stepab.txt"
+    awk '{ t[$3] += $7; n[$3]++ } END { if (n["base"] && n["new"])
+      printf "new / base tok/s, mean of %d rounds: %.4f\n", n["new"], (t["new"] / n["new"]) / (t["base"] / n["base"]) }' \
+      "$OUT/stepab.txt" | tee -a "$OUT/stepab.txt"
+    ;;
+  trainstep)
+    # The trainer's steady state on one GPU (logging included) against the bench's step.
+    $B/taco-bench step --model 124m --steps 30 --warmup 5 > "$OUT/trainstep-bench.log" 2>&1
+    awk '$1 == "taco" && NF == 10 { print "taco-bench step: " $5 " tok/s" }' "$OUT/trainstep-bench.log"
+    timeout 300 python3 tools/bench/train_bench.py --build $B --models 124m --tp 1 --codecs none \
+      --steps "${TRAINSTEP_STEPS:-60}" --warmup 10 --log-every 10 --out "$OUT/trainstep" \
+      > "$OUT/trainstep-train.log" 2>&1
+    echo "train_bench rc $?"
+    grep -vE "^# run " "$OUT/trainstep-train.log" | tail -6
+    $B/taco-bench step --model 124m --steps 30 --warmup 5 > "$OUT/trainstep-bench2.log" 2>&1
+    awk '$1 == "taco" && NF == 10 { print "taco-bench step again: " $5 " tok/s" }' "$OUT/trainstep-bench2.log"
     ;;
   trace)
     TACO_TRACE_OUT="$OUT/trace.txt" LD_PRELOAD=$PWD/$B/libtaco-cupti-trace.so \
