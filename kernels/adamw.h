@@ -5,6 +5,7 @@
 // t is the 1-based step. Biases and LayerNorm parameters get weight_decay = 0 from the caller.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -54,6 +55,32 @@ struct AdamWRange {
 };
 void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v,
                   const std::vector<AdamWRange>& ranges, const AdamWParams& hp,
+                  uint64_t rounding_seed, Stream stream);
+
+// The same update with its per-step scalars read on the device, for a launch a CUDA graph
+// replays every step. The host writes `step` (lr, the step and its bias corrections, from
+// adamw_step_scalars) before each replay; the clip scale is computed from *grad_sumsq, the
+// squared gradient norm the step summed on the device, exactly as the host's clip_scale() does
+// (kernels/gradnorm.h: double sqrt and division, then float). A non-finite *grad_sumsq updates
+// nothing (the step is skipped, as the trainer skips it). hp supplies beta1, beta2 and eps; its
+// lr, grad_scale and step are not used. Bit-identical to the host-scalar call with the same values.
+struct AdamWStepScalars {
+  float lr = 0.f;
+  float inv_bias_correction1 = 1.f, inv_bias_correction2 = 1.f;  // 1 / (1 - beta^t)
+  uint32_t step = 1;
+};
+// From hp.lr, hp.step (1-based) and the betas, as the host-scalar update computes them.
+inline AdamWStepScalars adamw_step_scalars(const AdamWParams& hp) {
+  AdamWStepScalars s;
+  s.lr = hp.lr;
+  s.inv_bias_correction1 = float(1.0 / (1.0 - std::pow(double(hp.beta1), double(hp.step))));
+  s.inv_bias_correction2 = float(1.0 / (1.0 - std::pow(double(hp.beta2), double(hp.step))));
+  s.step = uint32_t(hp.step);
+  return s;
+}
+void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v,
+                  const std::vector<AdamWRange>& ranges, const AdamWParams& hp,
+                  const AdamWStepScalars* step, const double* grad_sumsq, double grad_clip,
                   uint64_t rounding_seed, Stream stream);
 
 // Elementwise conversions (e.g. master weights from bf16 parameters), bf16 rounded to nearest.

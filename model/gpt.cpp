@@ -152,6 +152,10 @@ double Gpt::forward(const int32_t* inputs, const int32_t* targets, float dloss) 
   return take_loss_sum();
 }
 
+void Gpt::zero_loss_sum() {
+  if (layout_.spec().has_head) ops::zero(loss_sum_);
+}
+
 double Gpt::take_loss_sum() {
   if (!layout_.spec().has_head) return 0.0;
   double sum = 0;

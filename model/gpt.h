@@ -64,6 +64,10 @@ class Gpt {
   void set_batch(int slot, const int32_t* inputs, const int32_t* targets);
   void forward_stage(int slot, float dloss = 0.f);
   double take_loss_sum();
+  // The same sum left on the device, for a step that must not wait for it (a CUDA graph's): one
+  // f64, empty off the last stage. zero_loss_sum starts a new sum, queued as an op.
+  Tensor loss_sum() const { return loss_sum_; }
+  void zero_loss_sum();
   void backward_stage(int slot, float dloss);
   Tensor stage_input(int slot) const;   // [Nr, C] a non-first stage receives before forward
   Tensor stage_output(int slot) const;  // [Nr, C] a non-last stage sends after forward

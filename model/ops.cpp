@@ -1,8 +1,9 @@
 // model/ops.h on both devices, one function per op. An op looks where its output lives: on the
 // CPU it runs the fp32 (or fp64) reference of kernels/cpu; on a GPU the bf16 kernel of
-// kernels/cuda, queued on the legacy default stream so that it is ordered with the blocking
-// device_copy() calls the model makes. Where a CUDA kernel does two things at once
-// (embedding_backward: dwte and dwpe), the op passes nullptr for the other.
+// kernels/cuda, queued on ops::stream(): the legacy default stream, or a blocking stream made for
+// the compute, either way ordered with the blocking device_copy() calls the model makes. Where a
+// CUDA kernel does two things at once (embedding_backward: dwte and dwpe), the op passes nullptr
+// for the other.
 //
 // Every CUDA call sits under `if constexpr (built_with_cuda())`: a CPU-only build compiles it out
 // and links without the CUDA kernels. There on_gpu() refuses a CUDA tensor, the one place that
@@ -27,7 +28,7 @@ namespace taco::ops {
 
 namespace {
 
-constexpr Stream kStream = nullptr;  // the legacy default stream
+Stream g_stream = nullptr;  // set_stream(); the legacy default stream until then
 
 // Does `op` run on the GPU, i.e. is `device` (its output's) CUDA? A build without CUDA has no
 // GPU path: a CUDA tensor is a UserError there.
@@ -97,7 +98,7 @@ const int32_t* i32(const Tensor& t, const char* op, const char* name) {
 
 void zero(const Tensor& t) {
   if (t.empty()) return;
-  if (on_gpu(t, "zero")) return device_memset_zero_async(t.data, t.bytes(), kStream);
+  if (on_gpu(t, "zero")) return device_memset_zero_async(t.data, t.bytes(), g_stream);
   std::memset(t.data, 0, t.bytes());
 }
 
@@ -116,7 +117,7 @@ void token_embedding_forward(const Tensor& out, const Tensor& tokens, const Tens
     // Without wpe the kernel's T only indexes positions, which it then skips: one row of N.
     if constexpr (built_with_cuda())
       cuda::embedding_forward(bf(out, op, "out"), i32(tokens, op, "tokens"), bf(wte, op, "wte"),
-                              nullptr, 1, N, C, vocab_start, V, kStream);
+                              nullptr, 1, N, C, vocab_start, V, g_stream);
     return;
   }
   TACO_CPU_REAL(op, out,
@@ -130,7 +131,7 @@ void token_embedding_backward(const Tensor& dwte, const Tensor& dout, const Tens
   if (on_gpu(dwte, op)) {
     if constexpr (built_with_cuda())
       cuda::embedding_backward(bf(dwte, op, "dwte"), nullptr, bf(dout, op, "dout"),
-                               i32(tokens, op, "tokens"), 1, N, C, vocab_start, V, kStream);
+                               i32(tokens, op, "tokens"), 1, N, C, vocab_start, V, g_stream);
     return;
   }
   TACO_CPU_REAL(op, dwte,
@@ -142,7 +143,7 @@ void position_embedding_forward(const Tensor& out, const Tensor& wpe, int B, int
   const char* op = "position_embedding_forward";
   if (on_gpu(out, op)) {
     if constexpr (built_with_cuda())
-      cuda::position_embedding_forward(bf(out, op, "out"), bf(wpe, op, "wpe"), B, T, C, kStream);
+      cuda::position_embedding_forward(bf(out, op, "out"), bf(wpe, op, "wpe"), B, T, C, g_stream);
     return;
   }
   TACO_CPU_REAL(op, out, cpu::position_embedding_forward(ptr<Real>(out), ptr<Real>(wpe), B, T, C));
@@ -153,7 +154,7 @@ void position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int B, 
   if (on_gpu(dwpe, op)) {
     if constexpr (built_with_cuda())
       cuda::embedding_backward(nullptr, bf(dwpe, op, "dwpe"), bf(dout, op, "dout"), nullptr, B, T,
-                               C, 0, 0, kStream);
+                               C, 0, 0, g_stream);
     return;
   }
   TACO_CPU_REAL(op, dwpe,
@@ -167,7 +168,7 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
     if constexpr (built_with_cuda())
       cuda::layernorm_forward(bf(out, op, "out"), f32(mean, op, "mean"), f32(rstd, op, "rstd"),
                               bf(inp, op, "inp"), bf(weight, op, "weight"), bf(bias, op, "bias"), N,
-                              C, kStream);
+                              C, g_stream);
     return;
   }
   TACO_CPU_REAL(op, out,
@@ -185,7 +186,7 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
       cuda::layernorm_backward(
           bf(dinp, op, "dinp"), bf(dweight, op, "dweight"), bf(dbias, op, "dbias"),
           bf(dout, op, "dout"), bf(inp, op, "inp"), bf(weight, op, "weight"), f32(mean, op, "mean"),
-          f32(rstd, op, "rstd"), N, C, kStream, bf(dinp_column_sums, op, "dinp_column_sums"));
+          f32(rstd, op, "rstd"), N, C, g_stream, bf(dinp_column_sums, op, "dinp_column_sums"));
     return;
   }
   TACO_CHECK(dinp_column_sums.empty(),
@@ -203,7 +204,7 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
   if (on_gpu(out, op)) {
     if constexpr (built_with_cuda())
       cuda::matmul_forward(bf(out, op, "out"), bf(inp, op, "inp"), bf(weight, op, "weight"),
-                           bf(bias, op, "bias"), N, IC, OC, /*pre_gelu=*/nullptr, kStream);
+                           bf(bias, op, "bias"), N, IC, OC, /*pre_gelu=*/nullptr, g_stream);
     return;
   }
   TACO_CPU_REAL(op, out,
@@ -219,7 +220,7 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
     if constexpr (built_with_cuda())
       cuda::matmul_backward(bf(dinp, op, "dinp"), bf(dweight, op, "dweight"),
                             bf(dbias, op, "dbias"), bf(dout, op, "dout"), bf(inp, op, "inp"),
-                            bf(weight, op, "weight"), N, IC, OC, /*pre_gelu=*/nullptr, kStream);
+                            bf(weight, op, "weight"), N, IC, OC, /*pre_gelu=*/nullptr, g_stream);
     return;
   }
   zero(dinp);  // the CPU kernel adds; this level writes
@@ -240,7 +241,7 @@ void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv
   if (on_gpu(out, op)) {
     if constexpr (built_with_cuda())
       cuda::attention_forward(bf(out, op, "out"), f32(saved, op, "lse"), bf(qkv, op, "qkv"), B, T,
-                              C, NH, kStream);
+                              C, NH, g_stream);
     return;
   }
   TACO_CPU_REAL(
@@ -275,7 +276,7 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
                  "attention_backward: scratch smaller than attention_backward_scratch_bytes");
       cuda::attention_backward(bf(dqkv, op, "dqkv"), bf(dout, op, "dout"), bf(qkv, op, "qkv"),
                                bf(out, op, "out"), f32(saved, op, "lse"), B, T, C, NH, scratch.data,
-                               kStream);
+                               g_stream);
     }
     return;
   }
@@ -291,7 +292,7 @@ void matmul_gelu_forward(const Tensor& out, const Tensor& pre_gelu, const Tensor
   if (on_gpu(out, op)) {
     if constexpr (built_with_cuda())
       cuda::matmul_forward(bf(out, op, "out"), bf(inp, op, "inp"), bf(weight, op, "weight"),
-                           bf(bias, op, "bias"), N, IC, OC, bf(pre_gelu, op, "pre_gelu"), kStream);
+                           bf(bias, op, "bias"), N, IC, OC, bf(pre_gelu, op, "pre_gelu"), g_stream);
     return;
   }
   matmul_forward(pre_gelu, inp, weight, bias, N, IC, OC);
@@ -309,7 +310,7 @@ void matmul_gelu_backward(const Tensor& dpre, const Tensor& dweight, const Tenso
       cuda::matmul_backward(bf(dpre, op, "dpre"), bf(dweight, op, "dweight"),
                             bf(dbias, op, "dbias"), bf(dout, op, "dout"), bf(inp, op, "inp"),
                             bf(weight, op, "weight"), N, IC, OC, bf(pre_gelu, op, "pre_gelu"),
-                            kStream);
+                            g_stream);
     return;
   }
   TACO_CHECK(scratch.numel == size_t(N) * IC, "matmul_gelu_backward: scratch must be [N, IC]");
@@ -321,7 +322,7 @@ void gelu_forward(const Tensor& out, const Tensor& inp) {
   const char* op = "gelu_forward";
   if (on_gpu(out, op)) {
     if constexpr (built_with_cuda())
-      cuda::gelu_forward(bf(out, op, "out"), bf(inp, op, "inp"), out.numel, kStream);
+      cuda::gelu_forward(bf(out, op, "out"), bf(inp, op, "inp"), out.numel, g_stream);
     return;
   }
   TACO_CPU_REAL(op, out, cpu::gelu_forward(ptr<Real>(out), ptr<Real>(inp), out.numel));
@@ -332,7 +333,7 @@ void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   if (on_gpu(dinp, op)) {
     if constexpr (built_with_cuda())
       cuda::gelu_backward(bf(dinp, op, "dinp"), bf(inp, op, "inp"), bf(dout, op, "dout"),
-                          dinp.numel, kStream);
+                          dinp.numel, g_stream);
     return;
   }
   zero(dinp);
@@ -345,7 +346,7 @@ void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (on_gpu(out, op)) {
     if constexpr (built_with_cuda())
       cuda::residual_forward(bf(out, op, "out"), bf(a, op, "a"), bf(b, op, "b"), out.numel,
-                             kStream);
+                             g_stream);
     return;
   }
   TACO_CPU_REAL(op, out,
@@ -363,7 +364,7 @@ void residual_layernorm_forward(const Tensor& residual_out, const Tensor& out, c
       cuda::fused_residual_layernorm_forward(
           bf(residual_out, op, "residual_out"), bf(out, op, "out"), f32(mean, op, "mean"),
           f32(rstd, op, "rstd"), bf(a, op, "a"), bf(b, op, "b"), bf(weight, op, "weight"),
-          bf(bias, op, "bias"), N, C, kStream);
+          bf(bias, op, "bias"), N, C, g_stream);
     return;
   }
   residual_forward(residual_out, a, b);
@@ -374,7 +375,7 @@ void add_inplace(const Tensor& y, const Tensor& x) {
   const char* op = "add_inplace";
   if (on_gpu(y, op)) {
     if constexpr (built_with_cuda())
-      cuda::add_inplace(bf(y, op, "y"), bf(x, op, "x"), y.numel, kStream);
+      cuda::add_inplace(bf(y, op, "y"), bf(x, op, "x"), y.numel, g_stream);
     return;
   }
   TACO_CPU_REAL(op, y, cpu::add_inplace(ptr<Real>(y), ptr<Real>(x), y.numel));
@@ -384,7 +385,7 @@ void bias_add(const Tensor& out, const Tensor& bias, int N, int C) {
   const char* op = "bias_add";
   if (on_gpu(out, op)) {
     if constexpr (built_with_cuda())
-      cuda::bias_add(bf(out, op, "out"), bf(bias, op, "bias"), N, C, kStream);
+      cuda::bias_add(bf(out, op, "out"), bf(bias, op, "bias"), N, C, g_stream);
     return;
   }
   TACO_CPU_REAL(op, out, cpu::bias_add(ptr<Real>(out), ptr<Real>(bias), N, C));
@@ -395,7 +396,7 @@ void crossentropy_row_max(const Tensor& row_max, const Tensor& logits, int N, in
   if (on_gpu(logits, op)) {
     if constexpr (built_with_cuda())
       cuda::crossentropy_row_max(f32(row_max, op, "row_max"), bf(logits, op, "logits"), N, V,
-                                 V_valid, kStream);
+                                 V_valid, g_stream);
     return;
   }
   TACO_CPU_REAL(op, logits,
@@ -411,7 +412,7 @@ void crossentropy_sumexp_target(const Tensor& sumexp, const Tensor& target_logit
       cuda::crossentropy_sumexp_target(
           f32(sumexp, op, "sumexp"), f32(target_logit, op, "target_logit"),
           bf(logits, op, "logits"), f32(row_max, op, "row_max"), i32(targets, op, "targets"), N, V,
-          V_valid, vocab_start, kStream);
+          V_valid, vocab_start, g_stream);
     return;
   }
   TACO_CPU_REAL(op, logits,
@@ -427,7 +428,7 @@ void crossentropy_loss(const Tensor& loss, const Tensor& row_max, const Tensor& 
     if constexpr (built_with_cuda())
       cuda::crossentropy_loss(f32(loss, op, "loss"), f32(row_max, op, "row_max"),
                               f32(sumexp, op, "sumexp"), f32(target_logit, op, "target_logit"), N,
-                              kStream);
+                              g_stream);
     return;
   }
   TACO_CPU_REAL(op, loss,
@@ -444,7 +445,7 @@ void crossentropy_backward(const Tensor& logits, const Tensor& row_max, const Te
       bf16* l = bf(logits, op, "logits");
       cuda::crossentropy_backward(l, l, f32(row_max, op, "row_max"), f32(sumexp, op, "sumexp"),
                                   i32(targets, op, "targets"), dloss, N, V, V_valid, vocab_start,
-                                  kStream);
+                                  g_stream);
     }
     return;
   }
@@ -462,7 +463,7 @@ void fused_classifier(const Tensor& logits, const Tensor& loss, const Tensor& ta
     if constexpr (built_with_cuda())
       cuda::fused_classifier(bf(logits, op, "logits"), f32(loss, op, "loss"),
                              i32(targets, op, "targets"), dloss, N, V, V_valid, dloss != 0.f,
-                             kStream);
+                             g_stream);
     return;
   }
   crossentropy_row_max(row_max, logits, N, V, V_valid);
@@ -478,7 +479,7 @@ void add_sum(const Tensor& acc, const Tensor& x) {
              "add_sum: acc must be one f64 element on x's device");
   if (on_gpu(x, op)) {
     if constexpr (built_with_cuda())
-      cuda::sum(acc.as<double>(), f32(x, op, "x"), x.numel, /*accumulate=*/true, kStream);
+      cuda::sum(acc.as<double>(), f32(x, op, "x"), x.numel, /*accumulate=*/true, g_stream);
     return;
   }
   double s = 0;
@@ -489,23 +490,47 @@ void add_sum(const Tensor& acc, const Tensor& x) {
   *acc.as<double>() += s;
 }
 
+namespace {
+
+// Every piece adds into one double on the device.
+void sum_of_squares_on_device(double* sum, const std::vector<Tensor>& pieces) {
+  const char* op = "sum_of_squares";
+  device_memset_zero_async(sum, sizeof(double), g_stream);
+  if constexpr (built_with_cuda())
+    for (const Tensor& x : pieces)
+      cuda::sum_of_squares(sum, bf(x, op, "x"), x.numel, /*accumulate=*/true, g_stream);
+}
+
+}  // namespace
+
+void set_stream(Stream stream) { g_stream = stream; }
+Stream stream() { return g_stream; }
+
 double sum_of_squares(const std::vector<Tensor>& pieces) {
   const char* op = "sum_of_squares";
   if (pieces.empty()) return 0;
   double r = 0;
   if (on_gpu(pieces[0], op)) {
-    // Every piece adds into one double on the device, read back with one synchronization.
-    if constexpr (built_with_cuda()) {
-      double* sum = device_scalar_slot();
-      device_memset_zero_async(sum, sizeof(double), kStream);
-      for (const Tensor& x : pieces)
-        cuda::sum_of_squares(sum, bf(x, op, "x"), x.numel, /*accumulate=*/true, kStream);
-      device_copy(&r, sum, sizeof(double), DeviceKind::cpu, DeviceKind::cuda);
-    }
+    // Read back with one synchronization.
+    double* sum = device_scalar_slot();
+    sum_of_squares_on_device(sum, pieces);
+    device_copy(&r, sum, sizeof(double), DeviceKind::cpu, DeviceKind::cuda);
     return r;
   }
   for (const Tensor& p : pieces) r += sum_of_squares(p);
   return r;
+}
+
+void sum_of_squares_into(const Tensor& acc, const std::vector<Tensor>& pieces) {
+  const char* op = "sum_of_squares_into";
+  TACO_CHECK(acc.dtype == DType::f64 && acc.numel == 1,
+             "sum_of_squares_into: acc must be one f64 element");
+  for (const Tensor& x : pieces)
+    TACO_CHECK(x.device == acc.device, "sum_of_squares_into: a piece is on another device");
+  if (on_gpu(acc, op)) return sum_of_squares_on_device(acc.as<double>(), pieces);
+  double r = 0;
+  for (const Tensor& p : pieces) r += sum_of_squares(p);
+  *acc.as<double>() = r;
 }
 
 double sum_of_squares(const Tensor& x) {

@@ -16,6 +16,13 @@
 
 namespace taco::ops {
 
+// The stream every GPU op is queued on: the legacy default stream unless set. A stream made with
+// create_compute_stream (engine/runtime/step_graph.h) is ordered with the legacy stream as that
+// stream was, and can be captured into a CUDA graph. Set it before the first op (the kernels'
+// workspaces are per stream) and from one thread.
+void set_stream(Stream stream);
+Stream stream();
+
 void zero(const Tensor& t);
 void copy(const Tensor& dst, const Tensor& src);
 
@@ -111,5 +118,8 @@ void add_sum(const Tensor& acc, const Tensor& x);
 double sum_of_squares(const Tensor& x);
 // The same over several pieces with one host synchronization.
 double sum_of_squares(const std::vector<Tensor>& pieces);
+// The same left in acc (one f64 element on the pieces' device) with no host synchronization: the
+// step's squared gradient norm for an update that reads it on the device.
+void sum_of_squares_into(const Tensor& acc, const std::vector<Tensor>& pieces);
 
 }  // namespace taco::ops

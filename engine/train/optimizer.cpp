@@ -6,6 +6,7 @@
 #include "engine/runtime/device.h"
 #include "kernels/adamw.h"
 #include "kernels/check.h"
+#include "model/ops.h"
 
 namespace taco {
 
@@ -94,13 +95,47 @@ void AdamW::update(const Tensor& params, const Tensor& grads, double lr, float g
   // for deep models), on the legacy default stream in order with the model's ops; parameters
   // rounded to nearest from the master (the master carries the small updates, so no stochastic
   // rounding is needed).
+  if constexpr (built_with_cuda())
+    cuda::adamw_update(params.as<bf16>(), master_.as<float>(), grads.as<bf16>(), m_.as<float>(),
+                       v_.as<float>(), device_ranges(), hp, cuda::kRoundToNearest, ops::stream());
+}
+
+std::vector<cuda::AdamWRange> AdamW::device_ranges() const {
   std::vector<cuda::AdamWRange> ranges;
   ranges.reserve(ranges_.size());
   for (const Range& r : ranges_)
-    ranges.push_back({r.offset, r.offset - begin_, r.numel, r.decay ? hp.weight_decay : 0.f});
+    ranges.push_back(
+        {r.offset, r.offset - begin_, r.numel, r.decay ? float(cfg_.weight_decay) : 0.f});
+  return ranges;
+}
+
+cuda::AdamWStepScalars AdamW::step_scalars(double lr, int step) const {
+  TACO_CHECK(step >= 1, "AdamW: the step is 1-based");
+  cpu::AdamWParams hp{};
+  hp.lr = float(lr);
+  hp.beta1 = float(cfg_.beta1);
+  hp.beta2 = float(cfg_.beta2);
+  hp.step = step;
+  return cuda::adamw_step_scalars(hp);
+}
+
+void AdamW::update_on_device(const Tensor& params, const Tensor& grads,
+                             const cuda::AdamWStepScalars* scalars, const Tensor& grad_sumsq,
+                             double grad_clip) {
+  TACO_CHECK(params.data == params_.data, "AdamW::update on another parameter buffer than bound");
+  TACO_CHECK(dtype_ == DType::bf16 && device_ == DeviceKind::cuda && grads.dtype == dtype_ &&
+                 grads.numel == layout_.total(),
+             "AdamW::update_on_device needs bf16 parameters and gradients on CUDA");
+  TACO_CHECK(grad_sumsq.dtype == DType::f64 && grad_sumsq.numel == 1 &&
+                 grad_sumsq.device == DeviceKind::cuda,
+             "AdamW::update_on_device: grad_sumsq must be one f64 on the device");
+  // beta1, beta2, eps; lr, grad_scale and step come from the device.
+  const cpu::AdamWParams hp{0.f, float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps), 0.f, 1.f,
+                            1};
   if constexpr (built_with_cuda())
     cuda::adamw_update(params.as<bf16>(), master_.as<float>(), grads.as<bf16>(), m_.as<float>(),
-                       v_.as<float>(), ranges, hp, cuda::kRoundToNearest, nullptr);
+                       v_.as<float>(), device_ranges(), hp, scalars, grad_sumsq.as<const double>(),
+                       grad_clip, cuda::kRoundToNearest, ops::stream());
 }
 
 }  // namespace taco

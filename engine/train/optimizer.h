@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/runtime/arena.h"
+#include "kernels/adamw.h"
 #include "model/param_layout.h"
 #include "parallel/zero_shard.h"
 
@@ -42,6 +43,17 @@ class AdamW {
   // buffer offsets) multiplied by `grad_scale` first (clipping); `step` is 1-based.
   void update(const Tensor& params, const Tensor& grads, double lr, float grad_scale, int step);
 
+  // The same update with its per-step values read on the device, for a step a CUDA graph replays
+  // (bf16 parameters on CUDA only). `scalars` points to device memory holding step_scalars(lr,
+  // step), written by the host before the step runs; `grad_sumsq` (one f64 on the device) holds
+  // the squared gradient norm, from which the kernel takes clip_scale(sqrt(sum), grad_clip) as
+  // the host would. A non-finite sum updates nothing. Bit-identical to update() given the same
+  // lr, step and clip.
+  cuda::AdamWStepScalars step_scalars(double lr, int step) const;
+  void update_on_device(const Tensor& params, const Tensor& grads,
+                        const cuda::AdamWStepScalars* scalars, const Tensor& grad_sumsq,
+                        double grad_clip);
+
   Tensor m() const { return m_; }
   Tensor v() const { return v_; }
   Tensor master() const { return master_; }  // empty on the CPU
@@ -52,6 +64,8 @@ class AdamW {
     size_t offset, numel;
     bool decay;
   };
+
+  std::vector<cuda::AdamWRange> device_ranges() const;  // ranges_ for the CUDA kernel
 
   const ParamLayout& layout_;
   DType dtype_;

@@ -46,6 +46,26 @@ struct AdamW {
   float inv_bias_correction1, inv_bias_correction2;  // 1 / (1 - beta^t)
   uint64_t rounding_seed;
   uint32_t step;
+  // Set: lr, the bias corrections, step and grad_scale are read on the device (see
+  // kernels/adamw.h).
+  const AdamWStepScalars* device_step;
+  const double* grad_sumsq;
+  double grad_clip;
+
+  // The scalars of this launch: its own, or those in device memory. False: skip the update.
+  __device__ bool resolve() {
+    if (!device_step) return true;
+    const AdamWStepScalars s = *device_step;
+    lr = s.lr;
+    inv_bias_correction1 = s.inv_bias_correction1;
+    inv_bias_correction2 = s.inv_bias_correction2;
+    step = s.step;
+    const double sumsq = *grad_sumsq;
+    if (!isfinite(sumsq)) return false;
+    const double norm = sqrt(sumsq);  // IEEE: as the host's std::sqrt
+    grad_scale = (grad_clip <= 0.0 || !(norm > grad_clip)) ? 1.f : float(grad_clip / norm);
+    return true;
+  }
 
   template <int W>
   __device__ void apply(size_t i, size_t j, float wd) const {
@@ -96,6 +116,7 @@ struct RangeTable {
 };
 
 __global__ void __launch_bounds__(kThreads) adamw_ranges_kernel(AdamW op, RangeTable t) {
+  if (!op.resolve()) return;
   // The range that owns this block: the last r with first_block[r] <= blockIdx.x.
   int lo = 0, hi = t.count - 1;
   while (lo < hi) {
@@ -144,27 +165,12 @@ struct ToBf16 {
 
 }  // namespace
 
-void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v,
-                  const std::vector<AdamWRange>& ranges, const AdamWParams& hp,
-                  uint64_t rounding_seed, Stream stream) {
-  TACO_CHECK(hp.step >= 1, "adamw_update: step is 1-based");
-  const AdamW op{nv(params),
-                 master,
-                 nv(grads),
-                 m,
-                 v,
-                 hp.lr,
-                 hp.beta1,
-                 hp.beta2,
-                 hp.eps,
-                 hp.grad_scale,
-                 float(1.0 / (1.0 - std::pow(double(hp.beta1), double(hp.step)))),
-                 float(1.0 / (1.0 - std::pow(double(hp.beta2), double(hp.step)))),
-                 rounding_seed,
-                 uint32_t(hp.step)};
-  const bool bases_aligned = detail::aligned16(params) && detail::aligned16(master) &&
-                             detail::aligned16(grads) && detail::aligned16(m) &&
-                             detail::aligned16(v);
+namespace {
+
+void launch_ranges(const AdamW& op, const std::vector<AdamWRange>& ranges, Stream stream) {
+  const bool bases_aligned = detail::aligned16(op.params) && detail::aligned16(op.master) &&
+                             detail::aligned16(op.grads) && detail::aligned16(op.m) &&
+                             detail::aligned16(op.v);
   RangeTable t{};
   size_t blocks = 0;
   auto launch = [&] {
@@ -191,6 +197,44 @@ void adamw_update(bf16* params, float* master, const bf16* grads, float* m, floa
     blocks += chunks;
   }
   launch();
+}
+
+}  // namespace
+
+void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v,
+                  const std::vector<AdamWRange>& ranges, const AdamWParams& hp,
+                  uint64_t rounding_seed, Stream stream) {
+  TACO_CHECK(hp.step >= 1, "adamw_update: step is 1-based");
+  const AdamWStepScalars s = adamw_step_scalars(hp);
+  const AdamW op{nv(params),
+                 master,
+                 nv(grads),
+                 m,
+                 v,
+                 s.lr,
+                 hp.beta1,
+                 hp.beta2,
+                 hp.eps,
+                 hp.grad_scale,
+                 s.inv_bias_correction1,
+                 s.inv_bias_correction2,
+                 rounding_seed,
+                 s.step,
+                 nullptr,
+                 nullptr,
+                 0.0};
+  launch_ranges(op, ranges, stream);
+}
+
+void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v,
+                  const std::vector<AdamWRange>& ranges, const AdamWParams& hp,
+                  const AdamWStepScalars* step, const double* grad_sumsq, double grad_clip,
+                  uint64_t rounding_seed, Stream stream) {
+  TACO_CHECK(step && grad_sumsq, "adamw_update: the device scalars are missing");
+  const AdamW op{nv(params),    master,   nv(grads), m,          v,        0.f,
+                 hp.beta1,      hp.beta2, hp.eps,    1.f,        1.f,      1.f,
+                 rounding_seed, 1,        step,      grad_sumsq, grad_clip};
+  launch_ranges(op, ranges, stream);
 }
 
 void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v, size_t n,

@@ -1,5 +1,6 @@
 #include "kernels/cuda/context.cuh"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -30,6 +31,7 @@ struct StreamState {
 std::mutex g_mutex;
 std::map<int, DeviceState> g_devices;
 std::map<std::pair<int, cudaStream_t>, StreamState> g_streams;
+std::atomic<uint64_t> g_memory_epoch{0};  // stream_memory_epoch()
 
 DeviceState& device_state_locked(int device) {
   DeviceState& s = g_devices[device];
@@ -93,7 +95,10 @@ void* cublaslt_workspace(cudaStream_t stream) {
   const int device = current_device();
   std::lock_guard<std::mutex> lock(g_mutex);
   StreamState& s = g_streams[{device, stream}];
-  if (!s.workspace) TACO_CUDA_OK(cudaMalloc(&s.workspace, kCublasLtWorkspaceBytes));
+  if (!s.workspace) {
+    TACO_CUDA_OK(cudaMalloc(&s.workspace, kCublasLtWorkspaceBytes));
+    ++g_memory_epoch;
+  }
   return s.workspace;
 }
 
@@ -114,8 +119,15 @@ void* scratch(cudaStream_t stream, size_t bytes) {
     if (grown < (size_t(1) << 20)) grown = size_t(1) << 20;
     TACO_CUDA_OK(cudaMalloc(&s.scratch, grown));
     s.scratch_bytes = grown;
+    ++g_memory_epoch;
   }
   return s.scratch;
 }
 
 }  // namespace taco::cuda::detail
+
+namespace taco::cuda {
+
+uint64_t stream_memory_epoch() { return detail::g_memory_epoch.load(); }
+
+}  // namespace taco::cuda

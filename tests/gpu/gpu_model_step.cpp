@@ -24,11 +24,14 @@
 #include <vector>
 
 #include "engine/runtime/arena.h"
+#include "engine/runtime/memory.h"
+#include "engine/runtime/step_graph.h"
 #include "engine/train/optimizer.h"
 #include "kernels/gradnorm.h"
 #include "model/gpt.h"
 #include "model/ops.h"
 #include "model/param_layout.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace taco {
@@ -80,7 +83,33 @@ class Replica {
   double grad_norm() const { return std::sqrt(ops::sum_of_squares(model_.grads())); }
 
   void update(int step, double lr, double norm) {
-    optimizer_.update(model_.params(), model_.grads(), lr, clip_scale(norm, 1.0), step);
+    optimizer_.update(model_.params(), model_.grads(), lr, clip_scale(norm, clip_), step);
+  }
+  void set_clip(double clip) { clip_ = clip; }
+
+  // The same step with nothing read by the host (taco-bench step's): the norm and the clip on
+  // the device, lr and the step from `scalars` (device memory), the loss left in loss_sum().
+  void device_step(const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets,
+                   const cuda::AdamWStepScalars* scalars, const Tensor& sumsq) {
+    (void)inputs;
+    (void)targets;  // set once, before: a blocking copy cannot be captured
+    ops::zero(model_.grads());
+    model_.zero_loss_sum();
+    model_.forward_stage(0, float(1.0 / tokens_));
+    model_.backward(float(1.0 / tokens_));
+    ops::sum_of_squares_into(sumsq, {model_.grads()});
+    optimizer_.update_on_device(model_.params(), model_.grads(), scalars, sumsq, clip_);
+  }
+  void set_batch(const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets) {
+    model_.set_batch(0, inputs.data(), targets.data());
+  }
+  cuda::AdamWStepScalars step_scalars(double lr, int step) const {
+    return optimizer_.step_scalars(lr, step);
+  }
+  double loss_sum() const {
+    double sum = 0;
+    device_copy(&sum, model_.loss_sum().data, sizeof sum, DeviceKind::cpu, DeviceKind::cuda);
+    return sum / tokens_;
   }
 
   // A view's values on the host as floats.
@@ -106,6 +135,7 @@ class Replica {
   Gpt model_;
   AdamW optimizer_;
   int tokens_;
+  double clip_ = 1.0;  // train.grad_clip
 };
 
 class GpuModelStep : public testing::TestWithParam<Case> {
@@ -189,6 +219,78 @@ TEST_P(GpuModelStep, FewOptimizerStepsFollowTheCpuLossCurve) {
   }
   EXPECT_LT(cpu_loss.back(), cpu_loss.front() - 10 * kCurveTolerance) << "the reference must learn";
   EXPECT_LT(gpu_loss.back(), gpu_loss.front() - 10 * kCurveTolerance);
+}
+
+// The step as a CUDA graph (engine/runtime/step_graph.h), replayed on a compute stream, against
+// the same steps launched op by op on the legacy stream with the norm read by the host: the same
+// loss and the same parameters, bit for bit, at every step. The learning rate changes every step
+// and the clip (0.9 of the first norm) scales at least the first, so a replay that kept the
+// captured step's values would differ. The graph must really be replayed: a capture that fell back
+// to eager fails here.
+TEST_P(GpuModelStep, GraphReplayedStepEqualsTheEagerStepBitForBit) {
+  SCOPED_TRACE(testing::Message() << "seed " << seed_);
+  const int batch = GetParam().batch;
+  Replica eager(dims_, batch, DeviceKind::cuda, init_);
+  constexpr int kSteps = 5;
+  auto lr = [](int step) { return 1e-3 * (1.0 + 0.37 * step); };
+  std::vector<double> eager_loss, eager_norm;
+  std::vector<std::vector<float>> eager_params;
+  double clip = 0;
+  for (int step = 1; step <= kSteps; ++step) {
+    eager_loss.push_back(eager.forward_backward(inputs_, targets_));
+    eager_norm.push_back(eager.grad_norm());
+    if (step == 1) {
+      clip = 0.9 * eager_norm[0];  // active from the first step on
+      eager.set_clip(clip);
+    }
+    eager.update(step, lr(step), eager_norm.back());
+    eager_params.push_back(Replica::host(eager.model().params()));
+  }
+
+  const Stream stream = create_compute_stream();
+  ops::set_stream(stream);
+  {
+    Replica graphed(dims_, batch, DeviceKind::cuda, init_);
+    graphed.set_clip(clip);
+    graphed.set_batch(inputs_, targets_);
+    Arena scalars_arena(DeviceKind::cuda);
+    const size_t h_scalars = scalars_arena.reserve("scalars", DType::f32,
+                                                   sizeof(cuda::AdamWStepScalars) / sizeof(float));
+    const size_t h_sumsq = scalars_arena.reserve("sumsq", DType::f64, 1);
+    scalars_arena.allocate();
+    const Tensor scalars = scalars_arena.get(h_scalars), sumsq = scalars_arena.get(h_sumsq);
+    StepGraph graph(stream);
+    for (int step = 1; step <= kSteps; ++step) {
+      SCOPED_TRACE(testing::Message() << "step " << step);
+      const cuda::AdamWStepScalars host = graphed.step_scalars(lr(step), step);
+      device_copy(scalars.data, &host, sizeof host, DeviceKind::cuda, DeviceKind::cpu);
+      auto body = [&] {
+        graphed.device_step(inputs_, targets_, scalars.as<cuda::AdamWStepScalars>(), sumsq);
+      };
+      if (step == 1) {
+        body();  // eagerly first: the ops make their lazy state
+      } else {
+        graph.run(body);
+        ASSERT_EQ(graph.failure(), "");
+        ASSERT_TRUE(graph.replaying());
+      }
+      EXPECT_EQ(graphed.loss_sum(), eager_loss[step - 1]);
+      double got_sumsq = 0;
+      device_copy(&got_sumsq, sumsq.data, sizeof got_sumsq, DeviceKind::cpu, DeviceKind::cuda);
+      EXPECT_EQ(std::sqrt(got_sumsq), eager_norm[step - 1]);
+      EXPECT_EQ(test::count_bit_differences(Replica::host(graphed.model().params()),
+                                            eager_params[step - 1]),
+                0u);
+    }
+    EXPECT_EQ(graph.captures(), 1);
+    int clipped = 0;
+    for (double n : eager_norm) clipped += n > clip;
+    std::printf("norms %.4f .. %.4f, clip %.4f active on %d of %d steps\n", eager_norm.front(),
+                eager_norm.back(), clip, clipped, kSteps);
+    EXPECT_GE(clipped, 1);
+  }
+  ops::set_stream(nullptr);
+  destroy_compute_stream(stream);
 }
 
 // hs = 64 and hs = 128 (the two flash-attention head sizes); T not a multiple of 64 in one.

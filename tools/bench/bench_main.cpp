@@ -73,10 +73,11 @@ constexpr Subcommand kSubcommands[] = {
     {"step", taco::bench::step,
      "step [--model 124m|350m|1.3b] [--steps N] [--warmup N] [--batch B] [--per-kernel]\n"
      "      [--reps N] [--check] [--torch] [--torch-script PATH] [--seed S] [--json FILE]\n"
-     "      [--attention auto|own|cudnn] [--gemm tuned|heuristic]\n"
+     "      [--attention auto|own|cudnn] [--gemm tuned|heuristic] [--graph on|off]\n"
      "      one bf16 training step on one GPU: ms/step, tokens/s, MFU, memory; per-kernel\n"
      "      breakdown; loss check; PyTorch eager and torch.compile on the same shapes;\n"
-     "      attention by cuDNN's fused SDPA (auto: where it runs the shape) or our kernels"},
+     "      attention by cuDNN's fused SDPA (auto: where it runs the shape) or our kernels;\n"
+     "      the step replayed as a CUDA graph (on) or launched op by op (off)"},
 };
 
 constexpr const char* kFooter =

@@ -1,6 +1,7 @@
 // taco-bench step: one full bf16 training step of a GPT-2-family model on one GPU (Gpt + AdamW
 // + Arena on random tokens, no data files), timed with CUDA events:
-//   zero grads -> forward -> backward -> grad norm -> clip -> AdamW (fp32 master weights).
+//   zero grads -> forward -> backward -> grad norm -> clip -> AdamW (fp32 master weights),
+// the norm and clip on the device: the host reads nothing until the timed steps are done.
 // Prints ms/step, tokens/s, MFU (6N + 6LTd flops per token) against the datasheet's 989 TFLOP/s
 // and the ~790 TFLOP/s a bf16 GEMM measures on an H200, and device memory. Options:
 //   --per-kernel  every op family of the step timed alone, and the fused kernels that could
@@ -8,7 +9,9 @@
 //   --check       exits 1 unless the loss is finite, starts near ln(vocab) and falls (the batch
 //                 repeats, so a working step must start memorizing it);
 //   --torch       also runs tools/bench/pytorch_gpt2.py (eager and torch.compile) on the same
-//                 shapes and prints taco's speedup over each.
+//                 shapes and prints taco's speedup over each;
+//   --graph off   launches the step's ops one by one instead of replaying them as a CUDA graph
+//                 (the default, from the second step on); the same bits either way.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -52,6 +55,7 @@ struct Args {
   std::string attention = "auto";  // auto | own | cudnn (kernels/attention.h's AttentionEngine)
   std::string gemm = "tuned";      // tuned | heuristic (kernels/matmul.h's matmul_set_autotune)
   bool torch = false, per_kernel = false, check = false;
+  bool graph = true;  // --graph on|off
 };
 
 Args parse_args(const std::vector<std::string>& a) {
@@ -99,6 +103,10 @@ Args parse_args(const std::vector<std::string>& a) {
       r.attention = value(i);
       if (r.attention != "auto" && r.attention != "own" && r.attention != "cudnn")
         throw UserError("--attention: '" + r.attention + "' is not one of auto, own, cudnn");
+    } else if (a[i] == "--graph") {
+      const std::string& v = value(i);
+      if (v != "on" && v != "off") throw UserError("--graph: '" + v + "' is not one of on, off");
+      r.graph = v == "on";
     } else if (a[i] == "--per-kernel") {
       r.per_kernel = true;
     } else if (a[i] == "--check") {
@@ -146,17 +154,18 @@ StepResult run_steps(StepRunner& runner, const Args& a, size_t used_before) {
   // The size's learning rate after a 5-step linear warmup.
   auto lr = [&](int t) { return runner.shape().lr * std::min(1.0, t / 5.0); };
   int t = 1;
-  for (int i = 0; i < a.warmup; ++i, ++t) r.losses.push_back(runner.step(t, lr(t)));
+  for (int i = 0; i < a.warmup; ++i, ++t) runner.step(t, lr(t));
   std::vector<cudaEvent_t> events(a.steps + 1);
   for (auto& e : events) TACO_CHECK_CUDA(cudaEventCreate(&e));
   TACO_CHECK_CUDA(cudaDeviceSynchronize());
-  TACO_CHECK_CUDA(cudaEventRecord(events[0], nullptr));
+  TACO_CHECK_CUDA(cudaEventRecord(events[0], runner.stream()));
   for (int i = 0; i < a.steps; ++i) {
-    r.losses.push_back(runner.step(t, lr(t)));
+    runner.step(t, lr(t));
     ++t;
-    TACO_CHECK_CUDA(cudaEventRecord(events[i + 1], nullptr));
+    TACO_CHECK_CUDA(cudaEventRecord(events[i + 1], runner.stream()));
   }
   TACO_CHECK_CUDA(cudaEventSynchronize(events[a.steps]));
+  for (int k = 1; k < t; ++k) r.losses.push_back(runner.loss(k));
   std::vector<double> ms(a.steps);
   for (int i = 0; i < a.steps; ++i) {
     float x = 0;
@@ -369,18 +378,45 @@ double flops_per_token(const GptDims& d) {
   return 6.0 * double(d.num_params()) + 6.0 * d.n_layer * double(d.seq_len) * d.d_model;
 }
 
-StepRunner::StepRunner(const Shape& shape, uint64_t seed)
+// Set before the model exists: every op it queues, and the kernels' per-stream workspaces, use it.
+Stream compute_stream_for_ops() {
+  const Stream s = create_compute_stream();
+  ops::set_stream(s);
+  return s;
+}
+
+StepRunner::StepRunner(const Shape& shape, uint64_t seed, bool graph, int max_steps)
     : shape_(shape),
       dims_(GptDims::make(shape.layers, shape.heads, shape.d_model, shape.seq_len, shape.vocab, 1)),
       layout_(dims_, LayoutSpec{1, 0, 0, shape.layers, true, true}),
+      stream_(compute_stream_for_ops()),
       arena_(DeviceKind::cuda),
       model_(layout_, shape.batch, /*slots=*/1, DeviceKind::cuda, DType::bf16, nullptr),
-      optimizer_(layout_, DType::bf16, DeviceKind::cuda, AdamWConfig{}) {
+      optimizer_(layout_, DType::bf16, DeviceKind::cuda, AdamWConfig{}),
+      use_graph_(graph),
+      graph_(stream_),
+      max_steps_(max_steps) {
   model_.plan(arena_);
   optimizer_.plan(arena_);
+  static_assert(sizeof(cuda::AdamWStepScalars) % sizeof(float) == 0);
+  h_scalars_ =
+      arena_.reserve("step.scalars", DType::f32, sizeof(cuda::AdamWStepScalars) / sizeof(float));
+  h_sumsq_ = arena_.reserve("step.grad_sumsq", DType::f64, 1);
   arena_.allocate();
   model_.bind(arena_);
   optimizer_.bind(arena_, model_.params());
+  scalars_ = arena_.get(h_scalars_);
+  sumsq_ = arena_.get(h_sumsq_);
+  TACO_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&host_scalars_),
+                                 kRing * sizeof(cuda::AdamWStepScalars)));
+  TACO_CHECK_CUDA(
+      cudaMallocHost(reinterpret_cast<void**>(&host_losses_), size_t(max_steps) * sizeof(double)));
+  for (int i = 0; i < kRing; ++i) {
+    cudaEvent_t e = nullptr;
+    TACO_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    TACO_CHECK_CUDA(cudaEventRecord(e, stream_));
+    slot_copied_.push_back(e);
+  }
   std::vector<float> init(layout_.total());
   init_params_gpt2(layout_, seed, init.data());
   optimizer_.load_initial(init.data());
@@ -399,6 +435,17 @@ StepRunner::StepRunner(const Shape& shape, uint64_t seed)
       prev = next;
     }
   }
+  // The batch repeats: its tokens go up once (a blocking copy, which a graph could not hold).
+  model_.set_batch(0, inputs_.data(), targets_.data());
+}
+
+StepRunner::~StepRunner() {
+  cudaStreamSynchronize(stream_);
+  for (void* e : slot_copied_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  cudaFreeHost(host_scalars_);
+  cudaFreeHost(host_losses_);
+  ops::set_stream(nullptr);
+  // The graph and the stream go with the members; the stream last of all.
 }
 
 void StepRunner::zero_grads() { ops::zero(model_.grads()); }
@@ -416,14 +463,42 @@ void StepRunner::update(int t, double lr, double norm) {
   optimizer_.update(model_.params(), model_.grads(), lr, clip_scale(norm, 1.0), t);
 }
 
-// As the trainer runs a step: the loss stays on the device until the update is queued.
-double StepRunner::step(int t, double lr) {
+void StepRunner::body() {
+  const float dloss = float(1.0 / tokens_per_step());
   zero_grads();
-  model_.set_batch(0, inputs_.data(), targets_.data());
-  model_.forward_stage(0, float(1.0 / tokens_per_step()));
-  backward();
-  update(t, lr, grad_norm());
-  return model_.take_loss_sum() / tokens_per_step();
+  model_.zero_loss_sum();
+  model_.forward_stage(0, dloss);
+  model_.backward(dloss);
+  ops::sum_of_squares_into(sumsq_, {model_.grads()});
+  optimizer_.update_on_device(model_.params(), model_.grads(),
+                              scalars_.as<cuda::AdamWStepScalars>(), sumsq_, /*grad_clip=*/1.0);
+}
+
+void StepRunner::step(int t, double lr) {
+  TACO_CHECK(t >= 1 && t <= max_steps_, "StepRunner::step: step out of range");
+  // lr and the step up, from a ring slot whose last copy has run.
+  const int slot = t % kRing;
+  auto copied = static_cast<cudaEvent_t>(slot_copied_[slot]);
+  TACO_CHECK_CUDA(cudaEventSynchronize(copied));
+  host_scalars_[slot] = optimizer_.step_scalars(lr, t);
+  TACO_CHECK_CUDA(cudaMemcpyAsync(scalars_.data, &host_scalars_[slot],
+                                  sizeof(cuda::AdamWStepScalars), cudaMemcpyHostToDevice, stream_));
+  TACO_CHECK_CUDA(cudaEventRecord(copied, stream_));
+  // The first step runs eagerly: it makes what the ops create on first use (GEMM algorithm
+  // choices, workspaces), which a capture must not.
+  if (use_graph_ && t > 1) {
+    graph_.run([this] { body(); });
+  } else {
+    body();
+  }
+  TACO_CHECK_CUDA(cudaMemcpyAsync(&host_losses_[t - 1], model_.loss_sum().data, sizeof(double),
+                                  cudaMemcpyDeviceToHost, stream_));
+}
+
+double StepRunner::loss(int t) {
+  TACO_CHECK(t >= 1 && t <= max_steps_, "StepRunner::loss: step out of range");
+  TACO_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  return host_losses_[t - 1] / tokens_per_step();
 }
 
 }  // namespace step_detail
@@ -443,7 +518,7 @@ int step(const std::vector<std::string>& args) {
   TACO_CHECK_CUDA(cudaFree(nullptr));
   TACO_CHECK_CUDA(cudaMemGetInfo(&free_before, &total_before));
 
-  auto runner = std::make_unique<StepRunner>(shape, a.seed);
+  auto runner = std::make_unique<StepRunner>(shape, a.seed, a.graph, a.warmup + a.steps);
   const GptDims d = runner->dims();  // a copy: the runner goes before the JSON is written
   std::printf(
       "taco-bench step: %s (L=%d d=%d H=%d T=%d B=%d, vocab %d->%d), %.1fM params, bf16 "
@@ -464,6 +539,13 @@ int step(const std::vector<std::string>& args) {
   std::fflush(stdout);
 
   const StepResult r = run_steps(*runner, a, total_before - free_before);
+  const StepGraph& g = runner->graph();
+  const std::string graph_text =
+      !a.graph               ? "off"
+      : !g.failure().empty() ? "failed (" + g.failure() + "): the steps ran eagerly"
+      : g.captures() > 0     ? "on (captured " + std::to_string(g.captures()) + "x, replayed)"
+                             : "on, but never captured (one step: the first runs eagerly)";
+  std::printf("CUDA graph (--graph %s): %s\n", a.graph ? "on" : "off", graph_text.c_str());
   // mem GiB: all device memory in use, CUDA context included; alloc GiB: without the context
   // (arena + cuBLASLt workspace + kernel scratch), comparable to PyTorch's reserved peak.
   std::printf("\n%-10s %10s %10s %10s %12s %9s %9s %10s %10s %10s\n", "impl", "ms/step", "median",
@@ -517,6 +599,7 @@ int step(const std::vector<std::string>& args) {
         .add("seq_len", (long long)d.seq_len)
         .add("batch", (long long)shape.batch)
         .add("gemm_algorithms", a.gemm)
+        .add("graph", graph_text)
         .add("attention_forward", attention_fwd)
         .add("attention_backward", attention_bwd)
         .add("vocab", (long long)d.padded_vocab)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/runtime/arena.h"
+#include "engine/runtime/step_graph.h"
 #include "engine/train/optimizer.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
@@ -26,16 +27,29 @@ struct Shape {
 // matmuls counted as 6LTd.
 double flops_per_token(const GptDims& dims);
 
-// The model, its optimizer and one batch of random tokens, all in one device arena. A step is
-// what the trainer does per optimizer step with one micro-batch:
-//   zero grads -> forward -> backward -> global grad norm (to the host) -> clip -> AdamW.
+// The model, its optimizer and one batch of random tokens, all in one device arena, on a stream
+// of its own. A step is what the trainer does per optimizer step with one micro-batch:
+//   zero grads -> forward -> backward -> grad norm -> clip -> AdamW,
+// with nothing read by the host: the norm and the clip stay on the device (the update reads the
+// squared norm there), lr and the step number are copied up before the step, the loss is copied
+// down after it. With `graph` the step is a CUDA graph from the second step on (captured once,
+// replayed: engine/runtime/step_graph.h); without, the same ops are launched one by one. Both
+// give the same bits.
 class StepRunner {
  public:
-  StepRunner(const Shape& shape, uint64_t seed);
+  // `max_steps`: the most steps step() will be called for (the losses are kept on the host).
+  StepRunner(const Shape& shape, uint64_t seed, bool graph, int max_steps);
+  ~StepRunner();
 
-  // The whole step; `t` is the 1-based optimizer step. Returns the mean loss of the forward.
-  double step(int t, double lr);
-  // The step's pieces, for the breakdown (step() is exactly their sequence).
+  // Queues the whole step; `t` is the 1-based optimizer step (1..max_steps). Does not wait.
+  void step(int t, double lr);
+  // The mean loss of step t's forward; waits for that step.
+  double loss(int t);
+  Stream stream() const { return stream_; }
+  const StepGraph& graph() const { return graph_; }
+
+  // The step's pieces, for the breakdown, with the host-side norm (step() queues the same ops
+  // and reads nothing).
   void zero_grads();
   double forward();  // mean loss
   void backward();
@@ -49,13 +63,27 @@ class StepRunner {
   int tokens_per_step() const { return shape_.batch * shape_.seq_len; }
 
  private:
+  void body();  // the step's ops, as captured
+
   Shape shape_;
   GptDims dims_;
   ParamLayout layout_;
+  Stream stream_;
   Arena arena_;
   Gpt model_;
   AdamW optimizer_;
   std::vector<int32_t> inputs_, targets_;
+  size_t h_scalars_ = 0, h_sumsq_ = 0;
+  Tensor scalars_, sumsq_;  // the step's lr and step (cuda::AdamWStepScalars); its squared norm
+  bool use_graph_;
+  StepGraph graph_;
+  int max_steps_;
+  // Pinned host memory: a ring of step scalars (each slot reused once its copy has run, tracked
+  // by an event) and one loss sum per step.
+  static constexpr int kRing = 4;
+  cuda::AdamWStepScalars* host_scalars_ = nullptr;
+  double* host_losses_ = nullptr;
+  std::vector<void*> slot_copied_;  // cudaEvent_t per ring slot
 };
 
 // One op family of the step, timed alone on the model's shapes.
