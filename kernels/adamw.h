@@ -62,7 +62,8 @@ void adamw_update(bf16* params, float* master, const bf16* grads, float* m, floa
 // adamw_step_scalars) before each replay; the clip scale is computed from *grad_sumsq, the
 // squared gradient norm the step summed on the device, exactly as the host's clip_scale() does
 // (kernels/gradnorm.h: double sqrt and division, then float). A non-finite *grad_sumsq updates
-// nothing (the step is skipped, as the trainer skips it). hp supplies beta1, beta2 and eps; its
+// nothing (the step is skipped, as the trainer skips it), and so does a non-finite *loss_sum where
+// loss_sum is given (the step's summed loss). hp supplies beta1, beta2 and eps; its
 // lr, grad_scale and step are not used. Bit-identical to the host-scalar call with the same values.
 struct AdamWStepScalars {
   float lr = 0.f;
@@ -80,8 +81,8 @@ inline AdamWStepScalars adamw_step_scalars(const AdamWParams& hp) {
 }
 void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v,
                   const std::vector<AdamWRange>& ranges, const AdamWParams& hp,
-                  const AdamWStepScalars* step, const double* grad_sumsq, double grad_clip,
-                  uint64_t rounding_seed, Stream stream);
+                  const AdamWStepScalars* step, const double* grad_sumsq, const double* loss_sum,
+                  double grad_clip, uint64_t rounding_seed, Stream stream);
 
 // Elementwise conversions (e.g. master weights from bf16 parameters), bf16 rounded to nearest.
 void convert_bf16_to_f32(float* out, const bf16* in, size_t n, Stream stream);

@@ -142,6 +142,15 @@ void Gpt::set_batch(int slot, const int32_t* inputs, const int32_t* targets) {
   if (targets) device_copy(s.targets.data, targets, N_ * sizeof(int32_t), device_, DeviceKind::cpu);
 }
 
+void Gpt::set_batch(int slot, const Tensor& inputs, const Tensor& targets) {
+  SlotActs& s = slots_[slot];
+  TACO_CHECK(inputs.dtype == DType::i32 && inputs.numel == size_t(N_) &&
+                 targets.dtype == DType::i32 && targets.numel == size_t(N_),
+             "Gpt::set_batch: the token tensors are not [B, T] int32");
+  ops::copy_async(s.tokens, inputs);
+  ops::copy_async(s.targets, targets);
+}
+
 std::string Gpt::attention_engine() const {
   return ops::attention_engine_description(device_, B_, T_, C_local_, NH_local_);
 }

@@ -62,6 +62,9 @@ class Gpt {
   // forwards since the last call (0 off the last stage) and starts a new one, waiting for the
   // device. forward() is set_batch + forward_stage + take_loss_sum.
   void set_batch(int slot, const int32_t* inputs, const int32_t* targets);
+  // The same from [B, T] int32 tensors on the model's device, queued as an op (a CUDA graph's
+  // step copies each micro-batch's tokens in from buffers the host filled before it).
+  void set_batch(int slot, const Tensor& inputs, const Tensor& targets);
   void forward_stage(int slot, float dloss = 0.f);
   double take_loss_sum();
   // The same sum left on the device, for a step that must not wait for it (a CUDA graph's): one

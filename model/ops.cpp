@@ -110,6 +110,13 @@ void copy(const Tensor& dst, const Tensor& src) {
   std::memcpy(dst.data, src.data, src.bytes());
 }
 
+void copy_async(const Tensor& dst, const Tensor& src) {
+  TACO_CHECK(dst.bytes() == src.bytes(), "ops::copy_async size mismatch");
+  if (on_gpu(dst, "copy_async") || on_gpu(src, "copy_async"))
+    return device_copy_async(dst.data, src.data, src.bytes(), g_stream);
+  std::memcpy(dst.data, src.data, src.bytes());
+}
+
 void token_embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N,
                              int C, int vocab_start, int V) {
   const char* op = "token_embedding_forward";

@@ -25,6 +25,8 @@ Stream stream();
 
 void zero(const Tensor& t);
 void copy(const Tensor& dst, const Tensor& src);
+// The same copy queued on stream() (a blocking copy cannot be captured into a CUDA graph).
+void copy_async(const Tensor& dst, const Tensor& src);
 
 void token_embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N,
                              int C, int vocab_start, int V);

@@ -68,6 +68,9 @@ struct TrainSection {
   // with one line (the last checkpoint stays the newest); skip: the step is skipped with a
   // warning and training goes on, as Megatron and llm.c do.
   std::string nonfinite = "stop";  // stop | skip
+  // auto: the step as a CUDA graph where the run allows it (engine/train/graph_step.h); off:
+  // kernels launched one by one.
+  std::string cuda_graph = "auto";  // auto | off
 };
 
 struct DataSection {

@@ -40,6 +40,7 @@ inline const Choices kFormats = names_of(kFp8Formats, fp8_format_name);
 inline const Choices kScales = names_of(kFp8ScaleModes, fp8_scales_name);
 inline const Choices kResume = {"false", "true", "auto"};
 inline const Choices kNonfinite = {"stop", "skip"};
+inline const Choices kCudaGraph = {"auto", "off"};
 // The group sizes a codec spec accepts, besides "auto" (stored as 0).
 inline const std::vector<int> kGroups(std::begin(kGroupSizes), std::end(kGroupSizes));
 
@@ -150,6 +151,11 @@ inline const std::vector<Field<TrainSection>> kTrainFields = {
      "A step whose loss or gradient norm is NaN/Inf is never applied. stop: end the run with "
      "one line; skip: drop the update with a warning and go on.",
      kNonfinite},
+    {"cuda_graph", &TrainSection::cuda_graph,
+     "auto: on one GPU rank (tp = pp = dp = 1) the step runs as a CUDA graph, captured at the "
+     "second step and replayed; elsewhere, and with off, its kernels are launched one by one. "
+     "The same bits either way; off is for debugging.",
+     kCudaGraph},
 };
 
 inline const std::vector<Field<DataSection>> kDataFields = {

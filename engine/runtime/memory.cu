@@ -46,6 +46,20 @@ void device_memset_zero_async(void* p, size_t bytes, Stream stream) {
   TACO_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream));
 }
 
+void device_copy_async(void* dst, const void* src, size_t bytes, Stream stream) {
+  TACO_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+}
+
+void* host_pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  TACO_CHECK_CUDA(cudaMallocHost(&p, bytes));
+  return p;
+}
+
+void host_pinned_free(void* p) {
+  if (p) cudaFreeHost(p);
+}
+
 double* device_scalar_slot() {
   static std::mutex mutex;
   static std::map<int, double*> slots;

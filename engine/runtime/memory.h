@@ -20,6 +20,14 @@ void device_copy(void* dst, const void* src, size_t bytes, DeviceKind dst_dev, D
 
 // Zeroes `bytes` of device memory at p, queued on `stream` (returns before it is done).
 void device_memset_zero_async(void* p, size_t bytes, Stream stream);
+// Copies `bytes` queued on `stream` (returns before it is done): device to device, or between the
+// device and pinned host memory. The host side must stay as it is until the stream has run it.
+void device_copy_async(void* dst, const void* src, size_t bytes, Stream stream);
+
+// Page-locked host memory (what an asynchronous copy needs); plain host memory in a CPU-only
+// build. Free with host_pinned_free.
+void* host_pinned_alloc(size_t bytes);
+void host_pinned_free(void* p);
 
 // One double in the current CUDA device's memory, made on first use and kept for the process:
 // where a kernel leaves a scalar for the host to read (the gradient norm's sum of squares). One

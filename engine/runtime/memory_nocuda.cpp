@@ -22,6 +22,13 @@ void device_copy(void* dst, const void* src, size_t bytes, DeviceKind, DeviceKin
 
 void device_memset_zero_async(void* p, size_t bytes, Stream) { std::memset(p, 0, bytes); }
 
+void device_copy_async(void* dst, const void* src, size_t bytes, Stream) {
+  std::memcpy(dst, src, bytes);
+}
+
+void* host_pinned_alloc(size_t bytes) { return host_alloc(bytes); }
+void host_pinned_free(void* p) { std::free(p); }
+
 double* device_scalar_slot() {
   TACO_CHECK(false, "a device scalar requested in a CPU-only build");
   return nullptr;

@@ -17,6 +17,8 @@ void destroy_compute_stream(Stream stream) {
   if (stream) cudaStreamDestroy(stream);
 }
 
+void stream_synchronize(Stream stream) { TACO_CHECK_CUDA(cudaStreamSynchronize(stream)); }
+
 StepGraph::~StepGraph() { release(); }
 
 void StepGraph::release() {

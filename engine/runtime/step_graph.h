@@ -23,6 +23,8 @@ namespace taco {
 // as ops on the legacy stream itself were. The legacy stream cannot be captured.
 Stream create_compute_stream();
 void destroy_compute_stream(Stream stream);
+// Waits until everything queued on `stream` has run.
+void stream_synchronize(Stream stream);
 
 class StepGraph {
  public:

@@ -5,6 +5,7 @@ namespace taco {
 
 Stream create_compute_stream() { return nullptr; }
 void destroy_compute_stream(Stream) {}
+void stream_synchronize(Stream) {}
 
 StepGraph::~StepGraph() = default;
 

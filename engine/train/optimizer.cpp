@@ -121,7 +121,7 @@ cuda::AdamWStepScalars AdamW::step_scalars(double lr, int step) const {
 
 void AdamW::update_on_device(const Tensor& params, const Tensor& grads,
                              const cuda::AdamWStepScalars* scalars, const Tensor& grad_sumsq,
-                             double grad_clip) {
+                             const Tensor& loss_sum, double grad_clip) {
   TACO_CHECK(params.data == params_.data, "AdamW::update on another parameter buffer than bound");
   TACO_CHECK(dtype_ == DType::bf16 && device_ == DeviceKind::cuda && grads.dtype == dtype_ &&
                  grads.numel == layout_.total(),
@@ -129,13 +129,17 @@ void AdamW::update_on_device(const Tensor& params, const Tensor& grads,
   TACO_CHECK(grad_sumsq.dtype == DType::f64 && grad_sumsq.numel == 1 &&
                  grad_sumsq.device == DeviceKind::cuda,
              "AdamW::update_on_device: grad_sumsq must be one f64 on the device");
+  TACO_CHECK(loss_sum.empty() || (loss_sum.dtype == DType::f64 && loss_sum.numel == 1 &&
+                                  loss_sum.device == DeviceKind::cuda),
+             "AdamW::update_on_device: loss_sum must be one f64 on the device, or none");
   // beta1, beta2, eps; lr, grad_scale and step come from the device.
   const cpu::AdamWParams hp{0.f, float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps), 0.f, 1.f,
                             1};
   if constexpr (built_with_cuda())
     cuda::adamw_update(params.as<bf16>(), master_.as<float>(), grads.as<bf16>(), m_.as<float>(),
                        v_.as<float>(), device_ranges(), hp, scalars, grad_sumsq.as<const double>(),
-                       grad_clip, cuda::kRoundToNearest, ops::stream());
+                       loss_sum.as<const double>(), grad_clip, cuda::kRoundToNearest,
+                       ops::stream());
 }
 
 }  // namespace taco

@@ -47,12 +47,12 @@ class AdamW {
   // (bf16 parameters on CUDA only). `scalars` points to device memory holding step_scalars(lr,
   // step), written by the host before the step runs; `grad_sumsq` (one f64 on the device) holds
   // the squared gradient norm, from which the kernel takes clip_scale(sqrt(sum), grad_clip) as
-  // the host would. A non-finite sum updates nothing. Bit-identical to update() given the same
-  // lr, step and clip.
+  // the host would. A non-finite sum, or a non-finite `loss_sum` (one f64 on the device; may be
+  // empty), updates nothing. Bit-identical to update() given the same lr, step and clip.
   cuda::AdamWStepScalars step_scalars(double lr, int step) const;
   void update_on_device(const Tensor& params, const Tensor& grads,
                         const cuda::AdamWStepScalars* scalars, const Tensor& grad_sumsq,
-                        double grad_clip);
+                        const Tensor& loss_sum, double grad_clip);
 
   Tensor m() const { return m_; }
   Tensor v() const { return v_; }

@@ -33,12 +33,19 @@ double world_loss_sum(Gpt& model, bool counts, Communicator& world) {
   return sum_over(world, counts ? mine : 0.0, Site::loss_sum);
 }
 
-// Every rank's share of the squared gradient norm over the elements [begin, end) it holds
-// reduced gradients for, counting each logical parameter once: tp-replicated tensors only on tp
-// rank 0, the tied embedding's last-stage copy not at all.
+// Every rank's share of the squared gradient norm, summed with one host synchronization.
 double local_grad_sumsq(const Gpt& model, const GridCoord& coord, bool last_stage_copy_of_wte,
                         size_t begin, size_t end) {
-  // Contiguous runs of counted parameters, summed with one host synchronization.
+  return ops::sum_of_squares(counted_grad_runs(model, coord, last_stage_copy_of_wte, begin, end));
+}
+
+}  // namespace
+
+// The elements [begin, end) this rank holds reduced gradients for, in contiguous runs, counting
+// each logical parameter once: tp-replicated tensors only on tp rank 0, the tied embedding's
+// last-stage copy not at all.
+std::vector<Tensor> counted_grad_runs(const Gpt& model, const GridCoord& coord,
+                                      bool last_stage_copy_of_wte, size_t begin, size_t end) {
   std::vector<Tensor> runs;
   size_t run_lo = 0, run_hi = 0;
   auto flush = [&] {
@@ -55,8 +62,10 @@ double local_grad_sumsq(const Gpt& model, const GridCoord& coord, bool last_stag
     run_hi = hi;
   }
   flush();
-  return ops::sum_of_squares(runs);
+  return runs;
 }
+
+namespace {
 
 // group: auto: one step of calibration ends; on the last one, world rank 0 prints the agreed
 // choices and saves them to <run dir>/calibration.json.
@@ -160,6 +169,7 @@ StepOutcome Trainer::State::train_step(int step, const PipelineStage& stage,
     c->measure_errors(out.logged);
   }
   for (auto& c : device_comms) c->reset_stats();
+  if (graph_step) return graph_train_step(step, out, history);
   ops::zero(model->grads());
   run_1f1b(pp_comm.get(), micro_steps, model->slots(), stage);
 
@@ -175,6 +185,34 @@ StepOutcome Trainer::State::train_step(int step, const PipelineStage& stage,
   out.loss = world_loss_sum(*model, last_stage() && coord.tp == 0, grid->world()) /
              double(tokens_per_step);
   apply_update(step, out, history);
+  return out;
+}
+
+// The same step as one CUDA graph on a single GPU rank (engine/train/graph_step.h): the update
+// is queued with the step and the device skips it when the loss or the norm is not finite, so
+// here only the outcome is told, as apply_update tells it.
+StepOutcome Trainer::State::graph_train_step(int step, StepOutcome out, TrainHistory& history) {
+  const auto& tc = cfg.train;
+  const int B = tc.micro_batch_size, T = dims.seq_len;
+  out.lr = learning_rate(step, tc.steps, tc.lr, tc.warmup_steps, tc.min_lr_frac);
+  const GraphStep::Result r =
+      graph_step->run(step, out.lr, [&](int s, int micro, int32_t* in, int32_t* tg) {
+        train_data->sample_batch(tc.seed, s, 0, micro * B, B, T, in, tg);
+      });
+  if (!graph_failure_reported && !graph_step->failure().empty()) {
+    spdlog::warn("step {}: the step could not be captured as a CUDA graph ({}); it runs eagerly",
+                 step + 1, graph_step->failure());
+    graph_failure_reported = true;
+  }
+  out.loss = r.loss_sum / double(tokens_per_step);
+  out.norm = std::sqrt(r.sumsq);
+  if (std::isfinite(out.loss) && std::isfinite(out.norm)) return out;
+  if (tc.nonfinite == "stop")
+    throw CollectiveError(
+        nonfinite_message(grid->world_rank(), step + 1, out.loss, out.norm, history), 1);
+  history.skipped_steps += 1;
+  spdlog::warn("step {}: loss {}, grad norm {}: the update is skipped (train.nonfinite: skip)",
+               step + 1, out.loss, out.norm);
   return out;
 }
 

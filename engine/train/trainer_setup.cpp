@@ -137,6 +137,9 @@ void Trainer::State::choose_device() {
   }
   if (device.kind == DeviceKind::cuda && device.bf16_peak_tflops > 0)
     peak_flops = device.bf16_peak_tflops * 1e12 * gpus_in_use(grid->world(), device.index);
+  // Before the model exists: every op it queues goes to the stream the graph is captured from.
+  eager_reason = GraphStep::eager_reason(cfg, grid->world().size(), device.kind);
+  if (eager_reason.empty()) compute_stream.open();
 }
 
 // Micro-batches per step, and the data they are drawn from.
@@ -239,6 +242,14 @@ void Trainer::State::build_buffers() {
   const size_t window = size_t(cfg.train.micro_batch_size) * cfg.model.seq_len;
   inputs.resize(window);
   targets.resize(window);
+  if (compute_stream.get()) {
+    const ZeroShard& shard = grad_sync->shard();
+    graph_step = std::make_unique<GraphStep>(
+        compute_stream.get(), *model, *optimizer,
+        counted_grad_runs(*model, grid->coord(), last_stage() && !first_stage(), shard.begin(),
+                          shard.end()),
+        micro_steps, int(window), float(1.0 / double(tokens_per_step)), cfg.train.grad_clip);
+  }
 }
 
 // codec: auto on the pipeline's messages is decided here, before the first step, with every
@@ -343,17 +354,19 @@ Trainer::~Trainer() = default;
 std::string Trainer::describe() const {
   const State& s = *s_;
   char buf[1024];
-  std::snprintf(buf, sizeof buf,
-                "model %s params (L=%d H=%d C=%d T=%d V=%d->%d) | layout %s%s | device %s %s | "
-                "micro-batch %d x %d, %d micro-batches x dp %d = %lld tokens/step | train %s "
-                "tokens in %zu shard(s) | %s | attention %s",
-                human_count(double(s.dims.num_params())).c_str(), s.dims.n_layer, s.dims.n_head,
-                s.dims.d_model, s.dims.seq_len, s.dims.vocab_size, s.dims.padded_vocab,
-                s.grid->layout_string().c_str(), s.cfg.parallel.sequence_parallel ? " +SP" : "",
-                s.device.name.c_str(), dtype_name(s.dtype), s.cfg.train.micro_batch_size,
-                s.dims.seq_len, s.micro_steps, s.cfg.parallel.dp, (long long)s.tokens_per_step,
-                human_count(double(s.train_data->num_tokens())).c_str(), s.train_data->num_shards(),
-                s.arena->summary(4).c_str(), s.model->attention_engine().c_str());
+  std::snprintf(
+      buf, sizeof buf,
+      "model %s params (L=%d H=%d C=%d T=%d V=%d->%d) | layout %s%s | device %s %s | "
+      "micro-batch %d x %d, %d micro-batches x dp %d = %lld tokens/step | train %s "
+      "tokens in %zu shard(s) | %s | attention %s | step %s",
+      human_count(double(s.dims.num_params())).c_str(), s.dims.n_layer, s.dims.n_head,
+      s.dims.d_model, s.dims.seq_len, s.dims.vocab_size, s.dims.padded_vocab,
+      s.grid->layout_string().c_str(), s.cfg.parallel.sequence_parallel ? " +SP" : "",
+      s.device.name.c_str(), dtype_name(s.dtype), s.cfg.train.micro_batch_size, s.dims.seq_len,
+      s.micro_steps, s.cfg.parallel.dp, (long long)s.tokens_per_step,
+      human_count(double(s.train_data->num_tokens())).c_str(), s.train_data->num_shards(),
+      s.arena->summary(4).c_str(), s.model->attention_engine().c_str(),
+      s.graph_step ? s.graph_step->describe().c_str() : ("eager (" + s.eager_reason + ")").c_str());
   return buf;
 }
 

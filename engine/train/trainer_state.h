@@ -19,6 +19,7 @@
 #include "engine/train/checkpoint.h"
 #include "engine/train/checkpoint_model.h"
 #include "engine/train/codec_auto_log.h"
+#include "engine/train/graph_step.h"
 #include "engine/train/metrics.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/schedule.h"
@@ -65,10 +66,35 @@ struct RunProgress {
   TrafficByLayer traffic;  // this rank's traffic over the whole run, per site and layer
 };
 
+// The stream the ops queue on while a trainer lives (a CUDA graph needs one it can capture); none
+// (the legacy default stream) where the step runs eagerly.
+class ComputeStream {
+ public:
+  ComputeStream() = default;
+  ~ComputeStream() {
+    if (!stream_) return;
+    ops::set_stream(nullptr);
+    destroy_compute_stream(stream_);
+  }
+  ComputeStream(const ComputeStream&) = delete;
+  ComputeStream& operator=(const ComputeStream&) = delete;
+  void open() { stream_ = GraphStep::make_stream(); }
+  Stream get() const { return stream_; }
+
+ private:
+  Stream stream_ = nullptr;
+};
+
+// The gradient ranges of this rank that the global norm counts, each logical parameter once
+// (trainer.cpp).
+std::vector<Tensor> counted_grad_runs(const Gpt& model, const GridCoord& coord,
+                                      bool last_stage_copy_of_wte, size_t begin, size_t end);
+
 struct Trainer::State {
   Config cfg;
   RunContext ctx;
   DeviceInfo device;
+  ComputeStream compute_stream;  // before the model: it goes after everything queued on it
   DType dtype = DType::f32;
   GptDims dims;
   std::unique_ptr<ProcessGrid> grid;
@@ -96,6 +122,10 @@ struct Trainer::State {
   int64_t tokens_per_step = 0;
   double peak_flops = 0;  // bf16 peak of every GPU the run uses together (0: CPU, unknown)
   std::vector<int32_t> inputs, targets;
+  // The step as a CUDA graph (train.cuda_graph: auto on one GPU rank), else null and the reason.
+  std::unique_ptr<GraphStep> graph_step;
+  std::string eager_reason;
+  bool graph_failure_reported = false;
 
   bool first_stage() const { return grid->is_first_stage(); }
   bool last_stage() const { return grid->is_last_stage(); }
@@ -120,6 +150,7 @@ struct Trainer::State {
   double evaluate();
   PipelineStage train_stage(const int& step);
   StepOutcome train_step(int step, const PipelineStage& stage, TrainHistory& history);
+  StepOutcome graph_train_step(int step, StepOutcome out, TrainHistory& history);
   void apply_update(int step, const StepOutcome& out, TrainHistory& history);
   void record_step(int step, StepOutcome& out, RunProgress& progress, TrainHistory& history);
   void log_and_evaluate(int step, const StepOutcome& out, RunProgress& progress,

@@ -50,6 +50,7 @@ struct AdamW {
   // kernels/adamw.h).
   const AdamWStepScalars* device_step;
   const double* grad_sumsq;
+  const double* loss_sum;  // may be null
   double grad_clip;
 
   // The scalars of this launch: its own, or those in device memory. False: skip the update.
@@ -61,7 +62,7 @@ struct AdamW {
     inv_bias_correction2 = s.inv_bias_correction2;
     step = s.step;
     const double sumsq = *grad_sumsq;
-    if (!isfinite(sumsq)) return false;
+    if (!isfinite(sumsq) || (loss_sum && !isfinite(*loss_sum))) return false;
     const double norm = sqrt(sumsq);  // IEEE: as the host's std::sqrt
     grad_scale = (grad_clip <= 0.0 || !(norm > grad_clip)) ? 1.f : float(grad_clip / norm);
     return true;
@@ -201,39 +202,50 @@ void launch_ranges(const AdamW& op, const std::vector<AdamWRange>& ranges, Strea
 
 }  // namespace
 
+namespace {
+
+// The operands and the hyperparameters every launch shares; the per-step values are set after.
+AdamW operands(bf16* params, float* master, const bf16* grads, float* m, float* v,
+               const AdamWParams& hp, uint64_t rounding_seed) {
+  AdamW op{};
+  op.params = nv(params);
+  op.master = master;
+  op.grads = nv(grads);
+  op.m = m;
+  op.v = v;
+  op.beta1 = hp.beta1;
+  op.beta2 = hp.beta2;
+  op.eps = hp.eps;
+  op.rounding_seed = rounding_seed;
+  return op;
+}
+
+}  // namespace
+
 void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v,
                   const std::vector<AdamWRange>& ranges, const AdamWParams& hp,
                   uint64_t rounding_seed, Stream stream) {
   TACO_CHECK(hp.step >= 1, "adamw_update: step is 1-based");
   const AdamWStepScalars s = adamw_step_scalars(hp);
-  const AdamW op{nv(params),
-                 master,
-                 nv(grads),
-                 m,
-                 v,
-                 s.lr,
-                 hp.beta1,
-                 hp.beta2,
-                 hp.eps,
-                 hp.grad_scale,
-                 s.inv_bias_correction1,
-                 s.inv_bias_correction2,
-                 rounding_seed,
-                 s.step,
-                 nullptr,
-                 nullptr,
-                 0.0};
+  AdamW op = operands(params, master, grads, m, v, hp, rounding_seed);
+  op.lr = s.lr;
+  op.grad_scale = hp.grad_scale;
+  op.inv_bias_correction1 = s.inv_bias_correction1;
+  op.inv_bias_correction2 = s.inv_bias_correction2;
+  op.step = s.step;
   launch_ranges(op, ranges, stream);
 }
 
 void adamw_update(bf16* params, float* master, const bf16* grads, float* m, float* v,
                   const std::vector<AdamWRange>& ranges, const AdamWParams& hp,
-                  const AdamWStepScalars* step, const double* grad_sumsq, double grad_clip,
-                  uint64_t rounding_seed, Stream stream) {
+                  const AdamWStepScalars* step, const double* grad_sumsq, const double* loss_sum,
+                  double grad_clip, uint64_t rounding_seed, Stream stream) {
   TACO_CHECK(step && grad_sumsq, "adamw_update: the device scalars are missing");
-  const AdamW op{nv(params),    master,   nv(grads), m,          v,        0.f,
-                 hp.beta1,      hp.beta2, hp.eps,    1.f,        1.f,      1.f,
-                 rounding_seed, 1,        step,      grad_sumsq, grad_clip};
+  AdamW op = operands(params, master, grads, m, v, hp, rounding_seed);
+  op.device_step = step;
+  op.grad_sumsq = grad_sumsq;
+  op.loss_sum = loss_sum;
+  op.grad_clip = grad_clip;
   launch_ranges(op, ranges, stream);
 }
 

@@ -145,9 +145,10 @@ TEST(CudaAdamW, ManyRangesInFewLaunchesMatchTheCpuReferencePerRange) {
 
 // The update with lr, step and clip read on the device (what a CUDA graph's step replays) gives
 // the host-scalar update's bits exactly: the same lr, bias corrections and step, and the clip scale
-// clip_scale(sqrt(sumsq), clip) computed on the device as the host computes it. Three sums of
-// squares: one under the clip (scale 1), one over it (scale clip / norm), and a non-finite one,
-// which must leave every buffer as it was (the step is skipped).
+// clip_scale(sqrt(sumsq), clip) computed on the device as the host computes it. Four cases: a
+// sum of squares under the clip (scale 1), one over it (scale clip / norm), a non-finite one, and
+// a finite one beside a non-finite loss; the last two must leave every buffer as it was (the step
+// is skipped).
 TEST(CudaAdamW, DeviceScalarsGiveTheHostScalarUpdateBitForBit) {
   TACO_SKIP_WITHOUT_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -157,10 +158,12 @@ TEST(CudaAdamW, DeviceScalarsGiveTheHostScalarUpdateBitForBit) {
                                                 {kSplit, kSplit, kLength - kSplit, 0.f}};
   const double clip = 1.0;
   const double sums[] = {0.25 + 0.5 * std::uniform_real_distribution<double>(0, 1)(rng),
-                         3.0 + 40 * std::uniform_real_distribution<double>(0, 1)(rng), NAN};
-  for (int k = 0; k < 3; ++k) {
-    const double sumsq = sums[k];
-    SCOPED_TRACE(test::describe("sum of squares ", sumsq));
+                         3.0 + 40 * std::uniform_real_distribution<double>(0, 1)(rng), NAN, 2.0};
+  const double losses[] = {1e4, 2e4, 3e4, INFINITY};  // the step's summed loss
+  for (int k = 0; k < 4; ++k) {
+    const double sumsq = sums[k], loss = losses[k];
+    const bool applied = std::isfinite(sumsq) && std::isfinite(loss);
+    SCOPED_TRACE(test::describe("sum of squares ", sumsq, ", loss ", loss));
     const State s = random_state(kLength, seed + 16 * uint64_t(k));
     cpu::AdamWParams hp = hyper(0.f);
     hp.step = 1 + int(rng() % 5000);
@@ -170,7 +173,7 @@ TEST(CudaAdamW, DeviceScalarsGiveTheHostScalarUpdateBitForBit) {
 
     DeviceArray<float> h_master(s.master), h_m(s.m), h_v(s.v);
     DeviceArray<bf16> d_grads(to_bf16(s.grads)), h_params(params0);
-    if (std::isfinite(sumsq))
+    if (applied)
       cuda::adamw_update(h_params.get(), h_master.get(), d_grads.get(), h_m.get(), h_v.get(),
                          ranges, hp, cuda::kRoundToNearest, nullptr);
 
@@ -178,20 +181,21 @@ TEST(CudaAdamW, DeviceScalarsGiveTheHostScalarUpdateBitForBit) {
     DeviceArray<bf16> d_params(params0);
     DeviceArray<cuda::AdamWStepScalars> d_step(
         std::vector<cuda::AdamWStepScalars>{cuda::adamw_step_scalars(hp)});
-    DeviceArray<double> d_sumsq(std::vector<double>{sumsq});
+    DeviceArray<double> d_sumsq(std::vector<double>{sumsq}), d_loss(std::vector<double>{loss});
     cpu::AdamWParams ignored = hp;  // lr, grad_scale and step must come from the device
     ignored.lr = 1.f;
     ignored.grad_scale = 5.f;
     ignored.step = 1;
     cuda::adamw_update(d_params.get(), d_master.get(), d_grads.get(), d_m.get(), d_v.get(), ranges,
-                       ignored, d_step.get(), d_sumsq.get(), clip, cuda::kRoundToNearest, nullptr);
+                       ignored, d_step.get(), d_sumsq.get(), d_loss.get(), clip,
+                       cuda::kRoundToNearest, nullptr);
     EXPECT_EQ(test::count_bit_differences(d_master.download(), h_master.download()), 0u);
     EXPECT_EQ(test::count_bit_differences(d_m.download(), h_m.download()), 0u);
     EXPECT_EQ(test::count_bit_differences(d_v.download(), h_v.download()), 0u);
     EXPECT_EQ(
         test::count_bit_differences(to_float(d_params.download()), to_float(h_params.download())),
         0u);
-    if (!std::isfinite(sumsq)) {
+    if (!applied) {
       EXPECT_EQ(test::count_bit_differences(d_master.download(), s.master), 0u);
       EXPECT_EQ(test::count_bit_differences(to_float(d_params.download()), to_float(params0)), 0u);
     } else {

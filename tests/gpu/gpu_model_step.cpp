@@ -98,7 +98,8 @@ class Replica {
     model_.forward_stage(0, float(1.0 / tokens_));
     model_.backward(float(1.0 / tokens_));
     ops::sum_of_squares_into(sumsq, {model_.grads()});
-    optimizer_.update_on_device(model_.params(), model_.grads(), scalars, sumsq, clip_);
+    optimizer_.update_on_device(model_.params(), model_.grads(), scalars, sumsq, model_.loss_sum(),
+                                clip_);
   }
   void set_batch(const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets) {
     model_.set_batch(0, inputs.data(), targets.data());

@@ -62,6 +62,8 @@ void expect_same_config(const Config& a, const Config& b) {
   EXPECT_EQ(a.train.eps, b.train.eps);
   EXPECT_EQ(a.train.precision, b.train.precision);
   EXPECT_EQ(a.train.device, b.train.device);
+  EXPECT_EQ(a.train.nonfinite, b.train.nonfinite);
+  EXPECT_EQ(a.train.cuda_graph, b.train.cuda_graph);
   EXPECT_EQ(a.train.seed, b.train.seed);
   EXPECT_EQ(a.data.train, b.data.train);
   EXPECT_EQ(a.data.val, b.data.val);
@@ -218,6 +220,8 @@ Config random_config(uint64_t seed) {
   c.train.precision = "bf16";
   c.train.device = "cpu";
   c.train.seed = rng();  // often above 2^63: the full uint64 range must survive
+  c.train.nonfinite = "skip";
+  c.train.cuda_graph = "off";
   c.data = {"data/a b/train_*.bin", ""};
   c.compression.default_spec = {CodecKind::fp8_block, Fp8Format::e5m2, 64, Fp8Scales::single};
   c.compression.min_bytes = 1 << 20;

@@ -117,6 +117,8 @@ const std::vector<BadInput> kBadInputs = {
    {"train.precision: unknown value 'fp16'", "expected one of auto, fp32, bf16"}},
   {"BadDevice", with_model("train: { device: tpu }\n"), {}, "bad.yaml:2: ",
    {"train.device: unknown value 'tpu'", "expected one of auto, cpu, cuda"}},
+  {"BadCudaGraph", with_model("train: { cuda_graph: on }\n"), {}, "bad.yaml:2: ",
+   {"train.cuda_graph: unknown value 'on'", "expected one of auto, off"}},
   {"BadBackend", with_model("parallel: { backend: gloo }\n"), {}, "bad.yaml:2: ",
    {"parallel.backend: unknown value 'gloo'", "expected one of auto, nccl, mpi"}},
   {"BadStagedReduce", with_model("parallel: { staged_reduce: ring }\n"), {}, "bad.yaml:2: ",

@@ -471,7 +471,8 @@ void StepRunner::body() {
   model_.backward(dloss);
   ops::sum_of_squares_into(sumsq_, {model_.grads()});
   optimizer_.update_on_device(model_.params(), model_.grads(),
-                              scalars_.as<cuda::AdamWStepScalars>(), sumsq_, /*grad_clip=*/1.0);
+                              scalars_.as<cuda::AdamWStepScalars>(), sumsq_, model_.loss_sum(),
+                              /*grad_clip=*/1.0);
 }
 
 void StepRunner::step(int t, double lr) {
