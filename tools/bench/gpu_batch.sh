@@ -85,7 +85,7 @@ for part in "${parts[@]}"; do
           "$OUT/stepab-$side-$r.log"
       done
     done | tee "$OUT/stepab.txt"
-    awk '{ t[$3] += $7; n[$3]++ } END { if (n["base"] && n["new"])
+    awk '{ t[$3] += $6; n[$3]++ } END { if (n["base"] && n["new"])
       printf "new / base tok/s, mean of %d rounds: %.4f\n", n["new"], (t["new"] / n["new"]) / (t["base"] / n["base"]) }' \
       "$OUT/stepab.txt" | tee -a "$OUT/stepab.txt"
     ;;
