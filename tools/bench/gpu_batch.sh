@@ -6,8 +6,9 @@
 #   tests      ctest -L gpu                                                     ~150 s
 #   step       taco-bench step, GPT-2 124M, with PyTorch and the per-kernel rows ~70 s
 #   sizes      taco-bench step, GPT-2 350M and GPT 1.3B, with PyTorch            ~220 s
-#   stepab     taco-bench step 124M of STEPAB_BASE (an older build's taco-bench, carried) against
-#              this build's, alternated STEPAB_ROUNDS times (3): "the step is not slower"  ~40 s a run
+#   stepab     taco-bench step 124M of STEPAB_BASE (an older build's taco-bench, carried; the
+#              libraries it was linked with in STEPAB_LIBS) against this build's, alternated
+#              STEPAB_ROUNDS times (3): "the step is not slower"                  ~40 s a run
 #   trainstep  taco-train on configs/gpt2-124m.yaml, one GPU, random tokens, logged every 10
 #              steps (train_bench.py, tp = 1), beside taco-bench step 124M in the same part:
 #              the trainer's tok/s over the bench's                               ~120 s
@@ -78,13 +79,13 @@ for part in "${parts[@]}"; do
     [ -x "${STEPAB_BASE:-}" ] || { echo "stepab: STEPAB_BASE is not an executable"; exit 2; }
     for r in $(seq "${STEPAB_ROUNDS:-3}"); do
       for side in base new; do
-        bin=$B/taco-bench; [ $side = base ] && bin=$STEPAB_BASE
+        bin=$B/taco-bench; [ $side = base ] && bin="env LD_LIBRARY_PATH=${STEPAB_LIBS:-} $STEPAB_BASE"
         $bin step --model 124m --steps 30 --warmup 5 > "$OUT/stepab-$side-$r.log" 2>&1
         awk -v s=$side -v r=$r '$1 == "taco" && NF == 10 { printf "round %s %-4s %s ms/step %s tok/s\n", r, s, $2, $5 }' \
           "$OUT/stepab-$side-$r.log"
       done
     done | tee "$OUT/stepab.txt"
-    awk '{ t[$3] += $7; n[$3]++ } END { if (n["base"] && n["new"])
+    awk '{ t[$3] += $6; n[$3]++ } END { if (n["base"] && n["new"])
       printf "new / base tok/s, mean of %d rounds: %.4f\n", n["new"], (t["new"] / n["new"]) / (t["base"] / n["base"]) }' \
       "$OUT/stepab.txt" | tee -a "$OUT/stepab.txt"
     ;;
