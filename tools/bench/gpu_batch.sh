@@ -66,7 +66,7 @@ for part in "${parts[@]}"; do
   step)
     $B/taco-bench step --model 124m --torch --per-kernel --json "$OUT/step-124m.json" \
       > "$OUT/step-124m.log" 2>&1
-    grep -E "^taco |torch (eager|compile)|GEMM|attention \(|gaps" "$OUT/step-124m.log"
+    grep -E "^taco |torch (eager|compile)|GEMM|attention \(|gaps|CUDA graph" "$OUT/step-124m.log"
     ;;
   sizes)
     for m in 350m 1.3b; do
