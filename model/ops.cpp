@@ -14,6 +14,7 @@
 #include <string>
 
 #include "engine/runtime/memory.h"
+#include "engine/runtime/step_graph.h"
 #include "kernels/attention.h"
 #include "kernels/check.h"
 #include "kernels/crossentropy.h"
@@ -512,6 +513,19 @@ void sum_of_squares_on_device(double* sum, const std::vector<Tensor>& pieces) {
 
 void set_stream(Stream stream) { g_stream = stream; }
 Stream stream() { return g_stream; }
+
+void ComputeStream::open() {
+  TACO_CHECK(!stream_, "ComputeStream::open: already open");
+  stream_ = create_compute_stream();
+  set_stream(stream_);
+}
+
+ComputeStream::~ComputeStream() {
+  if (!stream_) return;
+  stream_synchronize(stream_);
+  if (g_stream == stream_) set_stream(nullptr);
+  destroy_compute_stream(stream_);
+}
 
 double sum_of_squares(const std::vector<Tensor>& pieces) {
   const char* op = "sum_of_squares";

@@ -23,6 +23,22 @@ namespace taco::ops {
 void set_stream(Stream stream);
 Stream stream();
 
+// Owns such a stream: open() makes it and points the ops at it; destruction waits for it, points
+// the ops back at the legacy stream and destroys it. Unopened it holds nothing. Declare it before
+// the model and everything else that queues work on it, so it goes after them.
+class ComputeStream {
+ public:
+  ComputeStream() = default;
+  ~ComputeStream();
+  ComputeStream(const ComputeStream&) = delete;
+  ComputeStream& operator=(const ComputeStream&) = delete;
+  void open();
+  Stream get() const { return stream_; }
+
+ private:
+  Stream stream_ = nullptr;
+};
+
 void zero(const Tensor& t);
 void copy(const Tensor& dst, const Tensor& src);
 // The same copy queued on stream() (a blocking copy cannot be captured into a CUDA graph).

@@ -152,9 +152,10 @@ inline const std::vector<Field<TrainSection>> kTrainFields = {
      "one line; skip: drop the update with a warning and go on.",
      kNonfinite},
     {"cuda_graph", &TrainSection::cuda_graph,
-     "auto: on one GPU rank (tp = pp = dp = 1) the step runs as a CUDA graph, captured at the "
-     "second step and replayed; elsewhere, and with off, its kernels are launched one by one. "
-     "The same bits either way; off is for debugging.",
+     "off: the step's kernels are launched one by one. auto: on one GPU rank (tp = pp = dp = "
+     "1) the step runs as a CUDA graph, captured at the second step and replayed (elsewhere "
+     "eagerly, as with off). The same bits either way. Not yet the default: its GPU tests have "
+     "not run on a GPU.",
      kCudaGraph},
 };
 

@@ -24,12 +24,6 @@ std::string GraphStep::eager_reason(const Config& cfg, int world_size, DeviceKin
   return "";
 }
 
-Stream GraphStep::make_stream() {
-  const Stream s = create_compute_stream();
-  ops::set_stream(s);
-  return s;
-}
-
 GraphStep::GraphStep(Stream stream, Gpt& model, AdamW& optimizer, std::vector<Tensor> grad_runs,
                      int micro_steps, int tokens, float dloss, double grad_clip)
     : stream_(stream),

@@ -31,9 +31,6 @@ class GraphStep {
   // step as a graph.
   static std::string eager_reason(const Config& cfg, int world_size, DeviceKind device);
 
-  // Makes the compute stream and points the ops at it: call before the model queues any op.
-  static Stream make_stream();
-
   // `grad_runs`: the gradient ranges the norm sums (the trainer's counted runs); `micro_steps`
   // micro-batches of `tokens` tokens each per step.
   // `dloss`: each token's share of the step's mean loss (1 / tokens per step).

@@ -66,25 +66,6 @@ struct RunProgress {
   TrafficByLayer traffic;  // this rank's traffic over the whole run, per site and layer
 };
 
-// The stream the ops queue on while a trainer lives (a CUDA graph needs one it can capture); none
-// (the legacy default stream) where the step runs eagerly.
-class ComputeStream {
- public:
-  ComputeStream() = default;
-  ~ComputeStream() {
-    if (!stream_) return;
-    ops::set_stream(nullptr);
-    destroy_compute_stream(stream_);
-  }
-  ComputeStream(const ComputeStream&) = delete;
-  ComputeStream& operator=(const ComputeStream&) = delete;
-  void open() { stream_ = GraphStep::make_stream(); }
-  Stream get() const { return stream_; }
-
- private:
-  Stream stream_ = nullptr;
-};
-
 // The gradient ranges of this rank that the global norm counts, each logical parameter once
 // (trainer.cpp).
 std::vector<Tensor> counted_grad_runs(const Gpt& model, const GridCoord& coord,
@@ -94,7 +75,9 @@ struct Trainer::State {
   Config cfg;
   RunContext ctx;
   DeviceInfo device;
-  ComputeStream compute_stream;  // before the model: it goes after everything queued on it
+  // The stream the ops queue on where the step is a CUDA graph (the legacy default stream cannot
+  // be captured); unopened otherwise. Before the model: it goes after everything queued on it.
+  ops::ComputeStream compute_stream;
   DType dtype = DType::f32;
   GptDims dims;
   std::unique_ptr<ProcessGrid> grid;

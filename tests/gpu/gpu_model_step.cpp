@@ -248,9 +248,10 @@ TEST_P(GpuModelStep, GraphReplayedStepEqualsTheEagerStepBitForBit) {
     eager_params.push_back(Replica::host(eager.model().params()));
   }
 
-  const Stream stream = create_compute_stream();
-  ops::set_stream(stream);
   {
+    ops::ComputeStream compute;
+    compute.open();
+    const Stream stream = compute.get();
     Replica graphed(dims_, batch, DeviceKind::cuda, init_);
     graphed.set_clip(clip);
     graphed.set_batch(inputs_, targets_);
@@ -290,8 +291,7 @@ TEST_P(GpuModelStep, GraphReplayedStepEqualsTheEagerStepBitForBit) {
                 eager_norm.back(), clip, clipped, kSteps);
     EXPECT_GE(clipped, 1);
   }
-  ops::set_stream(nullptr);
-  destroy_compute_stream(stream);
+  EXPECT_EQ(ops::stream(), nullptr) << "the ops went back to the legacy stream";
 }
 
 // hs = 64 and hs = 128 (the two flash-attention head sizes); T not a multiple of 64 in one.

@@ -77,7 +77,7 @@ constexpr Subcommand kSubcommands[] = {
      "      one bf16 training step on one GPU: ms/step, tokens/s, MFU, memory; per-kernel\n"
      "      breakdown; loss check; PyTorch eager and torch.compile on the same shapes;\n"
      "      attention by cuDNN's fused SDPA (auto: where it runs the shape) or our kernels;\n"
-     "      the step replayed as a CUDA graph (on) or launched op by op (off)"},
+     "      the step launched op by op (off, the default) or replayed as a CUDA graph (on)"},
 };
 
 constexpr const char* kFooter =

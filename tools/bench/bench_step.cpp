@@ -1,7 +1,7 @@
 // taco-bench step: one full bf16 training step of a GPT-2-family model on one GPU (Gpt + AdamW
 // + Arena on random tokens, no data files), timed with CUDA events:
 //   zero grads -> forward -> backward -> grad norm -> clip -> AdamW (fp32 master weights),
-// the norm and clip on the device: the host reads nothing until the timed steps are done.
+// with --graph on the norm and clip on the device: the host reads nothing until the steps end.
 // Prints ms/step, tokens/s, MFU (6N + 6LTd flops per token) against the datasheet's 989 TFLOP/s
 // and the ~790 TFLOP/s a bf16 GEMM measures on an H200, and device memory. Options:
 //   --per-kernel  every op family of the step timed alone, and the fused kernels that could
@@ -10,8 +10,9 @@
 //                 repeats, so a working step must start memorizing it);
 //   --torch       also runs tools/bench/pytorch_gpt2.py (eager and torch.compile) on the same
 //                 shapes and prints taco's speedup over each;
-//   --graph off   launches the step's ops one by one instead of replaying them as a CUDA graph
-//                 (the default, from the second step on); the same bits either way.
+//   --graph on    replays the step as a CUDA graph from the second step on, the norm and the
+//                 clip on the device (the default, off, launches each op as the eager trainer
+//                 does, the norm read by the host); the same bits either way.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -55,7 +56,7 @@ struct Args {
   std::string attention = "auto";  // auto | own | cudnn (kernels/attention.h's AttentionEngine)
   std::string gemm = "tuned";      // tuned | heuristic (kernels/matmul.h's matmul_set_autotune)
   bool torch = false, per_kernel = false, check = false;
-  bool graph = true;  // --graph on|off
+  bool graph = false;  // --graph on|off
 };
 
 Args parse_args(const std::vector<std::string>& a) {
@@ -378,24 +379,19 @@ double flops_per_token(const GptDims& d) {
   return 6.0 * double(d.num_params()) + 6.0 * d.n_layer * double(d.seq_len) * d.d_model;
 }
 
-// Set before the model exists: every op it queues, and the kernels' per-stream workspaces, use it.
-Stream compute_stream_for_ops() {
-  const Stream s = create_compute_stream();
-  ops::set_stream(s);
-  return s;
-}
-
 StepRunner::StepRunner(const Shape& shape, uint64_t seed, bool graph, int max_steps)
     : shape_(shape),
       dims_(GptDims::make(shape.layers, shape.heads, shape.d_model, shape.seq_len, shape.vocab, 1)),
       layout_(dims_, LayoutSpec{1, 0, 0, shape.layers, true, true}),
-      stream_(compute_stream_for_ops()),
       arena_(DeviceKind::cuda),
       model_(layout_, shape.batch, /*slots=*/1, DeviceKind::cuda, DType::bf16, nullptr),
       optimizer_(layout_, DType::bf16, DeviceKind::cuda, AdamWConfig{}),
       use_graph_(graph),
-      graph_(stream_),
       max_steps_(max_steps) {
+  // Graph runs: before the first op, so every op and the kernels' per-stream workspaces use it.
+  if (graph) compute_stream_.open();
+  stream_ = compute_stream_.get();
+  graph_ = std::make_unique<StepGraph>(stream_);
   model_.plan(arena_);
   optimizer_.plan(arena_);
   static_assert(sizeof(cuda::AdamWStepScalars) % sizeof(float) == 0);
@@ -444,8 +440,7 @@ StepRunner::~StepRunner() {
   for (void* e : slot_copied_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
   cudaFreeHost(host_scalars_);
   cudaFreeHost(host_losses_);
-  ops::set_stream(nullptr);
-  // The graph and the stream go with the members; the stream last of all.
+  // The graph goes with the members, then the stream (compute_stream_ is declared first).
 }
 
 void StepRunner::zero_grads() { ops::zero(model_.grads()); }
@@ -477,6 +472,17 @@ void StepRunner::body() {
 
 void StepRunner::step(int t, double lr) {
   TACO_CHECK(t >= 1 && t <= max_steps_, "StepRunner::step: step out of range");
+  if (!use_graph_) {
+    // As the eager trainer runs a step, on the legacy stream: the tokens copied up, the norm read
+    // by the host for the clip, the loss read after the update is queued.
+    zero_grads();
+    model_.set_batch(0, inputs_.data(), targets_.data());
+    model_.forward_stage(0, float(1.0 / tokens_per_step()));
+    backward();
+    update(t, lr, grad_norm());
+    host_losses_[t - 1] = model_.take_loss_sum();
+    return;
+  }
   // lr and the step up, from a ring slot whose last copy has run.
   const int slot = t % kRing;
   auto copied = static_cast<cudaEvent_t>(slot_copied_[slot]);
@@ -487,8 +493,8 @@ void StepRunner::step(int t, double lr) {
   TACO_CHECK_CUDA(cudaEventRecord(copied, stream_));
   // The first step runs eagerly: it makes what the ops create on first use (GEMM algorithm
   // choices, workspaces), which a capture must not.
-  if (use_graph_ && t > 1) {
-    graph_.run([this] { body(); });
+  if (t > 1) {
+    graph_->run([this] { body(); });
   } else {
     body();
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "engine/runtime/step_graph.h"
 #include "engine/train/optimizer.h"
 #include "model/gpt.h"
+#include "model/ops.h"
 #include "model/param_layout.h"
 
 namespace taco::bench::step_detail {
@@ -29,12 +31,12 @@ double flops_per_token(const GptDims& dims);
 
 // The model, its optimizer and one batch of random tokens, all in one device arena, on a stream
 // of its own. A step is what the trainer does per optimizer step with one micro-batch:
-//   zero grads -> forward -> backward -> grad norm -> clip -> AdamW,
-// with nothing read by the host: the norm and the clip stay on the device (the update reads the
-// squared norm there), lr and the step number are copied up before the step, the loss is copied
-// down after it. With `graph` the step is a CUDA graph from the second step on (captured once,
-// replayed: engine/runtime/step_graph.h); without, the same ops are launched one by one. Both
-// give the same bits.
+//   zero grads -> forward -> backward -> grad norm -> clip -> AdamW.
+// Without `graph`, as the eager trainer runs it on the legacy stream: the tokens copied up and the
+// norm read by the host. With `graph`, on a stream of its own with nothing read by the host (the
+// norm and the clip stay on the device, lr and the step number are copied up before the step, the
+// loss down after it), as a CUDA graph from the second step on (captured once, replayed:
+// engine/runtime/step_graph.h). Both give the same bits.
 class StepRunner {
  public:
   // `max_steps`: the most steps step() will be called for (the losses are kept on the host).
@@ -46,7 +48,7 @@ class StepRunner {
   // The mean loss of step t's forward; waits for that step.
   double loss(int t);
   Stream stream() const { return stream_; }
-  const StepGraph& graph() const { return graph_; }
+  const StepGraph& graph() const { return *graph_; }
 
   // The step's pieces, for the breakdown, with the host-side norm (step() queues the same ops
   // and reads nothing).
@@ -68,7 +70,8 @@ class StepRunner {
   Shape shape_;
   GptDims dims_;
   ParamLayout layout_;
-  Stream stream_;
+  ops::ComputeStream compute_stream_;  // opened for graph runs; the legacy stream otherwise
+  Stream stream_ = nullptr;
   Arena arena_;
   Gpt model_;
   AdamW optimizer_;
@@ -76,7 +79,7 @@ class StepRunner {
   size_t h_scalars_ = 0, h_sumsq_ = 0;
   Tensor scalars_, sumsq_;  // the step's lr and step (cuda::AdamWStepScalars); its squared norm
   bool use_graph_;
-  StepGraph graph_;
+  std::unique_ptr<StepGraph> graph_;
   int max_steps_;
   // Pinned host memory: a ring of step scalars (each slot reused once its copy has run, tracked
   // by an event) and one loss sum per step.
