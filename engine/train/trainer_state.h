@@ -1,5 +1,6 @@
-// The trainer's state, shared by its two halves: trainer_setup.cpp builds it (the constructor's
-// steps, resume) and trainer.cpp runs the steps. Private to engine/train.
+// The trainer's state, shared by its parts: trainer_setup.cpp builds it (the constructor's steps,
+// resume), trainer.cpp runs the steps (graph_step.cpp is the step as a CUDA graph) and
+// trainer_log.cpp accounts for them and logs. Private to engine/train.
 #pragma once
 
 #include <spdlog/spdlog.h>
