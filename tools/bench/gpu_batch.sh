@@ -9,6 +9,9 @@
 #   stepab     taco-bench step 124M of STEPAB_BASE (an older build's taco-bench, carried; the
 #              libraries it was linked with in STEPAB_LIBS) against this build's, alternated
 #              STEPAB_ROUNDS times (3): "the step is not slower"                  ~40 s a run
+#   graph      the step as a CUDA graph against the eager step (issue 26): its GPU tests, then
+#              taco-bench step --graph off/on alternated 3 times, then taco-train with
+#              train.cuda_graph off/auto (train_bench.py, tp = 1)                 ~150 s
 #   trainstep  taco-train on configs/gpt2-124m.yaml, one GPU, random tokens, logged every 10
 #              steps (train_bench.py, tp = 1), beside taco-bench step 124M in the same part:
 #              the trainer's tok/s over the bench's                               ~120 s
@@ -88,6 +91,26 @@ for part in "${parts[@]}"; do
     awk '{ t[$3] += $6; n[$3]++ } END { if (n["base"] && n["new"])
       printf "new / base tok/s, mean of %d rounds: %.4f\n", n["new"], (t["new"] / n["new"]) / (t["base"] / n["base"]) }' \
       "$OUT/stepab.txt" | tee -a "$OUT/stepab.txt"
+    ;;
+  graph)
+    (cd $B && ctest -R "GpuTrainGraph|GraphReplayed|DeviceScalars" --output-on-failure \
+      --timeout 200 > "$OUT/graph_tests.log" 2>&1)
+    grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/graph_tests.log" | head -10
+    for r in 1 2 3; do
+      for g in off on; do
+        $B/taco-bench step --graph $g --model 124m --steps 30 --warmup 5 > "$OUT/graph-$g-$r.log" 2>&1
+        awk -v g=$g -v r=$r '$1 == "taco" && NF == 10 { printf "round %s graph %-3s %s ms/step %s tok/s\n", r, g, $2, $5 }' \
+          "$OUT/graph-$g-$r.log"
+        grep -h "CUDA graph" "$OUT/graph-$g-$r.log"
+      done
+    done
+    for v in off auto; do
+      timeout 150 python3 tools/bench/train_bench.py --build $B --models 124m --tp 1 --codecs none \
+        --steps 60 --warmup 10 --log-every 10 --set train.cuda_graph=$v --out "$OUT/graph-train-$v" \
+        > "$OUT/graph-train-$v.log" 2>&1
+      echo "taco-train train.cuda_graph=$v: rc $?"
+      grep -E "^  124m" "$OUT/graph-train-$v.log"
+    done
     ;;
   trainstep)
     # The trainer's steady state on one GPU (logging included) against the bench's step.
