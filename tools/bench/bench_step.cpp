@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -126,6 +125,8 @@ Args parse_args(const std::vector<std::string>& a) {
 using step_detail::KernelRow;
 using step_detail::Shape;
 using step_detail::StepRunner;
+using step_detail::TorchResult;
+using step_detail::TorchRun;
 
 Shape shape_of(const Args& a) {
   Shape s;
@@ -271,84 +272,6 @@ std::string kernels_json(const std::vector<KernelRow>& rows) {
                .str();
   }
   return out + "]";
-}
-
-// --- PyTorch reference --------------------------------------------------------------------
-
-std::string find_torch_script(const Args& a) {
-  namespace fs = std::filesystem;
-  if (!a.torch_script.empty()) {
-    if (!fs::exists(a.torch_script))
-      throw UserError("--torch-script " + a.torch_script + ": no such file");
-    return a.torch_script;
-  }
-  std::vector<fs::path> candidates = {"tools/bench/pytorch_gpt2.py"};
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back(exe.parent_path() / ".." / "tools/bench/pytorch_gpt2.py");
-  for (const fs::path& p : candidates)
-    if (fs::exists(p)) return p.string();
-  throw UserError(
-      "--torch: tools/bench/pytorch_gpt2.py not found from here; run from the repository root or "
-      "pass --torch-script PATH");
-}
-
-// The number after "key": in one JSON line (json.dumps spacing), NaN when absent.
-double json_field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\":";
-  const size_t at = line.find(k);
-  if (at == std::string::npos) return NAN;
-  return std::strtod(line.c_str() + at + k.size(), nullptr);
-}
-
-struct TorchResult {
-  std::string variant, line;
-  double ms = NAN, tokens_per_s = NAN, reserved_gib = NAN;
-};
-
-std::vector<TorchResult> run_torch(const Args& a, const Shape& s) {
-  // Options appended one by one (GCC 12 warns falsely on long literal + std::string chains).
-  std::string cmd = "python3 '";
-  cmd += find_torch_script(a);
-  cmd += "'";
-  auto option = [&](const char* key, double value) {
-    char text[64];
-    std::snprintf(text, sizeof text, " --%s %.10g", key, value);
-    cmd += text;
-  };
-  option("layers", s.layers);
-  option("d-model", s.d_model);
-  option("heads", s.heads);
-  option("seq-len", s.seq_len);
-  option("batch", s.batch);
-  option("vocab", s.vocab);
-  option("steps", a.steps);
-  option("warmup", std::max(a.warmup, 3));  // torch.compile compiles in the first steps
-  option("peak-tflops", kPeakTflops);
-  std::printf("\n$ %s\n", cmd.c_str());
-  std::fflush(stdout);
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  if (!pipe) throw Error("--torch: could not start python3", 1);
-  std::vector<TorchResult> results;
-  char buf[8192];
-  while (std::fgets(buf, sizeof buf, pipe)) {
-    std::string line(buf);
-    std::fputs(line.c_str(), stdout);
-    if (line.rfind("{", 0) != 0 || line.find("\"impl\": \"torch\"") == std::string::npos) continue;
-    TorchResult r;
-    r.line = line.substr(0, line.find_last_not_of("\r\n") + 1);
-    r.variant = line.find("\"variant\": \"compile\"") != std::string::npos ? "compile" : "eager";
-    r.ms = json_field(line, "ms_per_step");
-    r.tokens_per_s = json_field(line, "tokens_per_s");
-    r.reserved_gib = json_field(line, "reserved_peak_gib");
-    results.push_back(r);
-  }
-  const int status = pclose(pipe);
-  if (status != 0)
-    throw Error(
-        "--torch: " + cmd + " failed (status " + std::to_string(status) + "); its output is above",
-        1);
-  return results;
 }
 
 #endif  // TACO_HAVE_CUDA
@@ -578,7 +501,8 @@ int step(const std::vector<std::string>& args) {
 
   std::vector<TorchResult> torch;
   if (a.torch) {
-    torch = run_torch(a, shape);
+    torch = run_torch(TorchRun{a.torch_script, a.steps, std::max(a.warmup, 3), kPeakTflops},
+                      shape);  // torch.compile compiles in its first steps
     // Memory: taco's allocations without the CUDA context against PyTorch's allocator peaks.
     std::printf("\n%-16s %10s %12s %22s %16s\n", "impl", "ms/step", "tokens/s",
                 "taco speedup (tok/s)", "peak mem GiB");

@@ -104,6 +104,19 @@ struct KernelRow {
 // optimizer pieces on `runner`, and the fused kernels that could replace some of them.
 std::vector<KernelRow> time_kernels(StepRunner& runner, int reps);
 
+// The PyTorch reference (tools/bench/pytorch_gpt2.py, eager and torch.compile) on the same
+// shapes, run as a child process (bench_step_torch.cpp).
+struct TorchRun {
+  std::string script;  // empty: found from the working folder or the binary's
+  int steps = 20, warmup = 3;
+  double peak_tflops = 989.0;  // for its MFU column
+};
+struct TorchResult {
+  std::string variant, line;  // eager | compile; its JSON line
+  double ms = 0, tokens_per_s = 0, reserved_gib = 0;
+};
+std::vector<TorchResult> run_torch(const TorchRun& run, const Shape& shape);
+
 // CUDA-event timing of `reps` runs of f after one untimed run: mean milliseconds per run.
 double time_on_device(int reps, const std::function<void()>& f);
 
