@@ -11,7 +11,7 @@
 #              STEPAB_ROUNDS times (3): "the step is not slower"                  ~40 s a run
 #   graph      the step as a CUDA graph against the eager step (issue 26): its GPU tests, then
 #              taco-bench step --graph off/on alternated 3 times, then taco-train with
-#              train.cuda_graph off/auto (train_bench.py, tp = 1)                 ~150 s
+#              train.cuda_graph off/auto alternated 3 times (train_bench.py, tp = 1) ~200 s
 #   trainstep  taco-train on configs/gpt2-124m.yaml, one GPU, random tokens, logged every 10
 #              steps (train_bench.py, tp = 1), beside taco-bench step 124M in the same part:
 #              the trainer's tok/s over the bench's                               ~120 s
@@ -104,12 +104,14 @@ for part in "${parts[@]}"; do
         grep -h "CUDA graph" "$OUT/graph-$g-$r.log"
       done
     done
-    for v in off auto; do
-      timeout 150 python3 tools/bench/train_bench.py --build $B --models 124m --tp 1 --codecs none \
-        --steps 60 --warmup 10 --log-every 10 --set train.cuda_graph=$v --out "$OUT/graph-train-$v" \
-        > "$OUT/graph-train-$v.log" 2>&1
-      echo "taco-train train.cuda_graph=$v: rc $?"
-      grep -E "^  124m" "$OUT/graph-train-$v.log"
+    for r in 1 2 3; do
+      for v in off auto; do
+        timeout 150 python3 tools/bench/train_bench.py --build $B --models 124m --tp 1 --codecs none \
+          --steps 60 --warmup 10 --log-every 10 --set train.cuda_graph=$v \
+          --out "$OUT/graph-train-$v-$r" > "$OUT/graph-train-$v-$r.log" 2>&1
+        echo "round $r taco-train train.cuda_graph=$v: rc $?"
+        grep -E "^  124m" "$OUT/graph-train-$v-$r.log"
+      done
     done
     ;;
   trainstep)
