@@ -112,6 +112,8 @@ GraphStep::Result GraphStep::run(int step, double lr, const Sampler& sample) {
   ++steps_run_;
   device_copy_async(&host_out_[0], model_.loss_sum().data, sizeof(double), stream_);
   device_copy_async(&host_out_[1], sumsq_.data, sizeof(double), stream_);
+  // Taken, as Gpt::take_loss_sum leaves it: evaluation adds its own losses to the same sum.
+  model_.zero_loss_sum();
   fill(1 - slot, step + 1, sample);  // while the GPU runs this step
   stream_synchronize(stream_);
   return {host_out_[0], host_out_[1]};
