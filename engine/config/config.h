@@ -70,7 +70,7 @@ struct TrainSection {
   std::string nonfinite = "stop";  // stop | skip
   // auto: the step as a CUDA graph where the run allows it (engine/train/graph_step.h); off:
   // kernels launched one by one. Off by default until the graph's GPU tests have run on a GPU.
-  std::string cuda_graph = "off";  // auto | off
+  std::string cuda_graph = "auto";  // auto | off
 };
 
 struct DataSection {

@@ -152,10 +152,9 @@ inline const std::vector<Field<TrainSection>> kTrainFields = {
      "one line; skip: drop the update with a warning and go on.",
      kNonfinite},
     {"cuda_graph", &TrainSection::cuda_graph,
-     "off: the step's kernels are launched one by one. auto: on one GPU rank (tp = pp = dp = "
-     "1) the step runs as a CUDA graph, captured at the second step and replayed (elsewhere "
-     "eagerly, as with off). The same bits either way. Not yet the default: its GPU tests have "
-     "not run on a GPU.",
+     "auto: on one GPU rank (tp = pp = dp = 1) the step runs as a CUDA graph, captured at the "
+     "second step and replayed (elsewhere eagerly, as with off). off: the step's kernels are "
+     "launched one by one, for debugging. The same bits either way.",
      kCudaGraph},
 };
 

@@ -221,7 +221,7 @@ Config random_config(uint64_t seed) {
   c.train.device = "cpu";
   c.train.seed = rng();  // often above 2^63: the full uint64 range must survive
   c.train.nonfinite = "skip";
-  c.train.cuda_graph = "auto";
+  c.train.cuda_graph = "off";  // not the default
   c.data = {"data/a b/train_*.bin", ""};
   c.compression.default_spec = {CodecKind::fp8_block, Fp8Format::e5m2, 64, Fp8Scales::single};
   c.compression.min_bytes = 1 << 20;

@@ -1,7 +1,8 @@
 // taco-bench step: one full bf16 training step of a GPT-2-family model on one GPU (Gpt + AdamW
 // + Arena on random tokens, no data files), timed with CUDA events:
 //   zero grads -> forward -> backward -> grad norm -> clip -> AdamW (fp32 master weights),
-// with --graph on the norm and clip on the device: the host reads nothing until the steps end.
+// as a CUDA graph with the norm and clip on the device (as taco-train runs it on one GPU): the
+// host reads nothing until the steps end.
 // Prints ms/step, tokens/s, MFU (6N + 6LTd flops per token) against the datasheet's 989 TFLOP/s
 // and the ~790 TFLOP/s a bf16 GEMM measures on an H200, and device memory. Options:
 //   --per-kernel  every op family of the step timed alone, and the fused kernels that could
@@ -10,9 +11,9 @@
 //                 repeats, so a working step must start memorizing it);
 //   --torch       also runs tools/bench/pytorch_gpt2.py (eager and torch.compile) on the same
 //                 shapes and prints taco's speedup over each;
-//   --graph on    replays the step as a CUDA graph from the second step on, the norm and the
-//                 clip on the device (the default, off, launches each op as the eager trainer
-//                 does, the norm read by the host); the same bits either way.
+//   --graph off   launches each op as the eager trainer does (train.cuda_graph: off), the norm
+//                 read by the host; the default, on, replays the step as a CUDA graph from the
+//                 second step on, the norm and the clip on the device. The same bits either way.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -55,7 +56,7 @@ struct Args {
   std::string attention = "auto";  // auto | own | cudnn (kernels/attention.h's AttentionEngine)
   std::string gemm = "tuned";      // tuned | heuristic (kernels/matmul.h's matmul_set_autotune)
   bool torch = false, per_kernel = false, check = false;
-  bool graph = false;  // --graph on|off
+  bool graph = true;  // --graph on|off
 };
 
 Args parse_args(const std::vector<std::string>& a) {
