@@ -31,7 +31,8 @@
 #   slowtests  the gpu_/mpi_ tests of the host-staged (slow-link) path           ~40 s
 #   slowlink   tools/bench/train_bench.py: GPT-2 124M, tp=2 and 4 ranks on the one GPU through
 #              host memory, none / taco / fp8_block / taco group auto, 40 steps each  ~400 s
-#              (SLOWLINK_TP, SLOWLINK_CODECS narrow it; SLOWLINK_SET="k=v k=v" adds --set keys;
+#              (SLOWLINK_TP, SLOWLINK_CODECS narrow it; SLOWLINK_MODELS=124m,350m adds 350M;
+#              SLOWLINK_SET="k=v k=v" adds --set keys;
 #              SLOWLINK_STEPS: steps per run, 40 by default, logged every 10; SLOWLINK_ROUNDS:
 #              the codec list run that many times interleaved, speedups within each round)
 #   parity     taco-train 124M tp=2 on the one GPU, 300 steps on GPT-2-tokenized fortunes, none
@@ -214,7 +215,7 @@ for part in "${parts[@]}"; do
     # Issue 21's table: tp=2 and 4 ranks on the one GPU through host memory (MPI staged), every
     # codec against the best uncompressed baseline, GPT-2 124M, random tokens (train_bench.py).
     # SLOWLINK_TP / SLOWLINK_CODECS narrow the runs to fit one device call.
-    timeout 560 python3 tools/bench/train_bench.py --build $B --models 124m --tp "${SLOWLINK_TP:-2,4}" \
+    timeout 560 python3 tools/bench/train_bench.py --build $B --models "${SLOWLINK_MODELS:-124m}" --tp "${SLOWLINK_TP:-2,4}" \
       --codecs "${SLOWLINK_CODECS:-none,taco,fp8_block,taco-auto}" --steps "${SLOWLINK_STEPS:-40}" --warmup 10 --rounds "${SLOWLINK_ROUNDS:-1}" --out "$OUT/train-bench" \
       $(for kv in ${SLOWLINK_SET:-}; do printf -- '--set %s ' "$kv"; done) \
       > "$OUT/train-bench.log" 2>&1
