@@ -20,9 +20,9 @@
 #   codec      taco-bench codec (device codecs against a device-to-device copy)  ~80 s
 #   comm       taco-bench comm on this one GPU                                   ~30 s
 #   commstaged taco-bench comm, 2 ranks on the one GPU, MPI staged through host memory ~40 s
-#   stagesweep taco-bench comm, 2 ranks through host memory: the compressed all-reduce in 6
-#              pipeline pieces (the old auto) against one piece (auto over a blocking
-#              communicator), at staging pieces of 4M, 1M and 512K                   ~60 s
+#   stagesweep taco-bench comm, 2 ranks through host memory (STAGESWEEP_NP=4: four): the
+#              compressed all-reduce in 6 pipeline pieces (the old auto) against one piece (auto
+#              over a blocking communicator), at staging pieces of 4M, 1M and 512K   ~60 s
 #   hfcheck    taco-export against transformers: a tiny tp=2 run on CPU ranks, exported, its
 #              logits compared with GPT2LMHeadModel's (fp32 CPU, bf16 GPU)           ~60 s
 #   sass       SASS of taco's G=128 bf16 encode kernel and its opcode counts     ~5 s
@@ -157,7 +157,7 @@ for part in "${parts[@]}"; do
     for v in "--chunks 6" "--chunks auto" "--chunks auto --stage-piece 1M" \
       "--chunks auto --stage-piece 512K"; do
       echo "== comm $v"
-      timeout 90 mpirun --oversubscribe -np 2 $B/taco-bench comm --device cuda --backend mpi \
+      timeout 90 mpirun --oversubscribe -np "${STAGESWEEP_NP:-2}" $B/taco-bench comm --device cuda --backend mpi \
         --ops all_reduce --codecs none,taco --min-bytes 16M --max-bytes 32M --factor 2 --iters 10 \
         --warmup 3 $v > "$OUT/stagesweep.log" 2>&1
       echo "rc $?"
