@@ -69,7 +69,7 @@ struct TrainSection {
   // warning and training goes on, as Megatron and llm.c do.
   std::string nonfinite = "stop";  // stop | skip
   // auto: the step as a CUDA graph where the run allows it (engine/train/graph_step.h); off:
-  // kernels launched one by one. Off by default until the graph's GPU tests have run on a GPU.
+  // kernels launched one by one (for debugging; the same bits).
   std::string cuda_graph = "auto";  // auto | off
 };
 

@@ -77,7 +77,7 @@ constexpr Subcommand kSubcommands[] = {
      "      one bf16 training step on one GPU: ms/step, tokens/s, MFU, memory; per-kernel\n"
      "      breakdown; loss check; PyTorch eager and torch.compile on the same shapes;\n"
      "      attention by cuDNN's fused SDPA (auto: where it runs the shape) or our kernels;\n"
-     "      the step launched op by op (off, the default) or replayed as a CUDA graph (on)"},
+     "      the step replayed as a CUDA graph (on, the default) or launched op by op (off)"},
 };
 
 constexpr const char* kFooter =

@@ -2,6 +2,7 @@
 // full bf16 training step on one GPU, and the per-kernel breakdown. CUDA builds only.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -113,7 +114,7 @@ struct TorchRun {
 };
 struct TorchResult {
   std::string variant, line;  // eager | compile; its JSON line
-  double ms = 0, tokens_per_s = 0, reserved_gib = 0;
+  double ms = NAN, tokens_per_s = NAN, reserved_gib = NAN;  // NaN: absent from its line
 };
 std::vector<TorchResult> run_torch(const TorchRun& run, const Shape& shape);
 
