@@ -3,14 +3,18 @@
 // and validation losses, bit for bit. Each step has two micro-batches, the learning rate changes
 // every step (warmup, then the cosine), the clip is low enough to scale every step, and an
 // evaluation runs between steps on the graph's stream. The graph must really be replayed: a
-// capture that fell back to the eager step fails here. Skips without a GPU.
+// capture that fell back to the eager step fails here. And a graph run stopped at a step and
+// resumed from its checkpoint continues the straight graph run bit for bit (the resumed run's
+// first step is eager, its second a fresh capture). Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <string>
 #include <vector>
 
 #include "engine/config/config.h"
 #include "engine/runtime/device.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/trainer.h"
 #include "tests/support/fortune_data.h"
 #include "tests/support/test_util.h"
@@ -23,7 +27,7 @@ namespace {
 
 constexpr double kClip = 0.05;  // below every norm of this run: every step is clipped
 
-Config config(const std::string& cuda_graph) {
+Config config(const std::string& cuda_graph, const std::vector<std::string>& extra = {}) {
   const std::string data = test::fortune_shards("gpu_train_graph_shards");
   const std::vector<std::string> o = {"model.n_layer=2",
                                       "model.n_head=2",
@@ -43,8 +47,10 @@ Config config(const std::string& cuda_graph) {
                                       "checkpoint.keep=0",
                                       "data.train=" + data + "/train_*.bin",
                                       "data.val=" + data + "/val_*.bin"};
+  std::vector<std::string> overrides = o;
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
   const std::string yaml = test::read_file(test::source_dir() + "/configs/tiny-cpu.yaml");
-  return load_config_text(yaml, "gpu graph test", o);
+  return load_config_text(yaml, "gpu graph test", overrides);
 }
 
 bool contains(const std::string& text, const std::string& part) {
@@ -83,6 +89,43 @@ TEST(GpuTrainGraph, GraphStepEqualsTheEagerStepBitForBit) {
     EXPECT_EQ(graph.val_loss[i].second, eager.val_loss[i].second);
   }
   EXPECT_LT(graph.train_loss.back(), graph.train_loss.front()) << "the run must learn";
+}
+
+TEST(GpuTrainGraph, StoppedAndResumedGraphRunContinuesTheStraightRunBitForBit) {
+  if (!built_with_cuda() || cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device found";
+  RunContext self;
+  self.world = MPI_COMM_SELF;
+  const TrainHistory straight = Trainer(config("auto"), self).run();
+  ASSERT_EQ(straight.train_loss.size(), 8u);
+
+  const std::string dir = test::scratch_dir("gpu_train_graph_resume");
+  const std::vector<std::string> keep = {"checkpoint.keep=1"};
+  RunContext first = self;
+  first.run_dir = dir;
+  first.after_step = [](int done) {
+    if (done == 5) request_stop(SIGTERM);
+  };
+  clear_stop_request();
+  const TrainHistory stopped = Trainer(config("auto", keep), first).run();
+  clear_stop_request();
+  ASSERT_EQ(stopped.steps_done, 5);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(stopped.train_loss[i], straight.train_loss[i]) << i + 1;
+
+  RunContext again = self;
+  again.run_dir = dir;
+  Trainer resumed_trainer(config("auto", {"checkpoint.keep=1", "checkpoint.resume=true"}), again);
+  ASSERT_EQ(resumed_trainer.start_step(), 5);
+  const TrainHistory resumed = resumed_trainer.run();
+  const std::string after = resumed_trainer.describe();
+  EXPECT_TRUE(contains(after, "a CUDA graph, captured") && contains(after, "replayed")) << after;
+  ASSERT_EQ(resumed.train_loss.size(), 3u);
+  for (int i = 5; i < 8; ++i) {
+    SCOPED_TRACE(testing::Message() << "step " << i + 1);
+    EXPECT_EQ(resumed.train_loss[i - 5], straight.train_loss[i]);
+    EXPECT_EQ(resumed.grad_norm[i - 5], straight.grad_norm[i]);
+  }
+  ASSERT_FALSE(resumed.val_loss.empty());
+  EXPECT_EQ(resumed.val_loss.back().second, straight.val_loss.back().second);
 }
 
 }  // namespace
