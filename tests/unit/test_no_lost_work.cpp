@@ -168,7 +168,7 @@ TEST(WritableProbe, RefusesAFolderThatCannotTakeCheckpointsAndLeavesNothingBehin
   EXPECT_TRUE(fs::is_directory(ok));
   EXPECT_TRUE(fs::is_empty(ok)) << "the probe file is removed";
   // Root may write anywhere on a normal filesystem: /proc refuses even root.
-  for (const std::string bad : {std::string("/proc/self"), std::string("/proc/self/ckpt")}) {
+  for (const std::string& bad : {std::string("/proc/self"), std::string("/proc/self/ckpt")}) {
     try {
       check_checkpoint_dir_writable(bad, MPI_COMM_SELF);
       ADD_FAILURE() << bad << " accepted";
