@@ -65,7 +65,7 @@ class DeviceBytes {
 #endif
 
 // Rank r's data: n Gaussian values in `dtype`'s bytes.
-Bytes input_of(uint64_t seed, int r, size_t n, DType dtype) {
+[[maybe_unused]] Bytes input_of(uint64_t seed, int r, size_t n, DType dtype) {
   const std::vector<float> x = test::random_normal(n, seed + 7919 * uint64_t(r + 1));
   Bytes b(n * dtype_size(dtype));
   for (size_t i = 0; i < n; ++i) {
@@ -112,8 +112,8 @@ Bytes two_shot_sum(const std::vector<Bytes>& in, size_t first, size_t n, DType d
 
 // Within p - 1 roundings of `dtype` of the exact sum (and the pairwise result exactly at p = 2,
 // where the one combine is bf16(x_0 + x_1) in any order). Returns the elements outside.
-size_t native_sum_misses(const Bytes& got, const std::vector<Bytes>& in, size_t first, size_t n,
-                         DType dtype) {
+[[maybe_unused]] size_t native_sum_misses(const Bytes& got, const std::vector<Bytes>& in,
+                                          size_t first, size_t n, DType dtype) {
   const int p = int(in.size());
   const double u = dtype == DType::f32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8);
   size_t misses = 0;
@@ -132,7 +132,7 @@ size_t native_sum_misses(const Bytes& got, const std::vector<Bytes>& in, size_t 
 }
 
 // Every rank holds the same bytes as rank 0.
-bool same_on_every_rank(const Bytes& b) {
+[[maybe_unused]] bool same_on_every_rank(const Bytes& b) {
   Bytes first = b;
   MPI_Bcast(first.data(), int(first.size()), MPI_BYTE, 0, MPI_COMM_WORLD);
   int same = first == b ? 1 : 0, all = 0;
