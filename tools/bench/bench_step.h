@@ -113,7 +113,7 @@ struct TorchRun {
   double peak_tflops = 989.0;  // for its MFU column
 };
 struct TorchResult {
-  std::string variant, line;  // eager | compile; its JSON line
+  std::string variant, line;                                // eager | compile; its JSON line
   double ms = NAN, tokens_per_s = NAN, reserved_gib = NAN;  // NaN: absent from its line
 };
 std::vector<TorchResult> run_torch(const TorchRun& run, const Shape& shape);
