@@ -20,6 +20,8 @@ struct PipelineStage {
   std::function<Tensor(int slot)> input;              // [rows, C] received before forward
   std::function<Tensor(int slot)> output;             // [rows, C] sent after forward
   std::function<Tensor()> grad;  // d(output) before backward; d(input) after it
+  // input, output and grad are asked for only where a tensor crosses to another stage: a
+  // single stage may leave them empty.
 };
 
 // Runs every micro-batch's forward and backward on this stage. `pp` is the pipeline group

@@ -83,10 +83,6 @@ void GraphStep::body() {
     model_.forward_stage(slot, dloss_);
   };
   stage.backward = [this](int, int slot) { model_.backward_stage(slot, dloss_); };
-  // run_1f1b asks for the stage's boundary tensors even without a pipeline (one stage).
-  stage.input = [this](int slot) { return model_.stage_input(slot); };
-  stage.output = [this](int slot) { return model_.stage_output(slot); };
-  stage.grad = [this]() { return model_.stage_grad(); };
   run_1f1b(nullptr, micro_steps_, 1, stage);
   ops::sum_of_squares_into(sumsq_, grad_runs_);
   optimizer_.update_on_device(model_.params(), model_.grads(),
