@@ -67,6 +67,18 @@ class Codec {
   DecodeResult decode_accumulate(const uint8_t* in, size_t size, MessageShape shape, float* out,
                                  const WireContext& context) const;
 
+  // The middle step of the two-shot all-reduce (decode_sum_encode_async's bytes, on the host):
+  // the `count` messages at in + i * slot (each exactly `size` bytes, all of `shape`) checked as
+  // decode checks them, decoded and summed in fp32 in index order into `sum` (shape.count()
+  // floats, overwritten: 0 + m_0 + m_1 + ...), and the sum encoded into `out` as an fp32 message
+  // (max_encoded_size(shape, DType::f32) bytes; `capacity` at least that). taco sums its
+  // transform's coefficients, so `sum` holds those and not values (kernels/codec_fp8.h: the same
+  // sum, without the transforms); the others sum values, as decode_accumulate then encode.
+  // Returns the groups decoded to NaN or Inf from the inputs.
+  DecodeResult decode_sum_encode(const uint8_t* in, size_t slot, int count, size_t size,
+                                 MessageShape shape, float* sum, uint8_t* out, size_t capacity,
+                                 const WireContext& context) const;
+
   // Checks a buffer as decode does and returns its header; throws the same UserError.
   WireHeader check(const uint8_t* in, size_t size, MessageShape shape,
                    const WireContext& context) const;
@@ -88,8 +100,8 @@ class Codec {
   // The middle step of the two-shot all-reduce on the device: the `count` messages at
   // in + i * slot (each exactly `size` bytes, all of `shape`) are checked and decoded, summed in
   // fp32 in index order (0 + m_0 + m_1 + ...), and the sum is encoded into `out` as an fp32
-  // message (max_encoded_size(shape, DType::f32) bytes): the bytes the host gets from
-  // decode_accumulate of each message into zeros, then encode. Grouped codecs do it in one
+  // message (max_encoded_size(shape, DType::f32) bytes): the bytes of decode_sum_encode on the
+  // host (taco: the sum of its coefficients). Grouped codecs do it in one
   // kernel; fp8_tensor (one scale for the whole sum) goes through `scratch`, shape.count()
   // device floats, which the grouped codecs leave alone. `status`, `nonfinite_groups`: as
   // decode_async (groups decoded to NaN or Inf from the inputs). `slot` and `in` 16-byte
@@ -127,10 +139,18 @@ class Codec {
   // Inf (kernels/codec_fp8.h).
   virtual int64_t decode_body(const uint8_t* in, const WireHeader& header, const WireLayout& layout,
                               void* out, DType out_dtype, bool accumulate) const = 0;
+  // decode_sum_encode's two halves, in the domain the codec sums in: a checked message added
+  // into `sum` (returns as decode_body), and the sum's payload and scales (as encode_body, fp32).
+  // The base: decode_body accumulating, and encode_body.
+  virtual int64_t decode_sum_term(const uint8_t* in, const WireHeader& header,
+                                  const WireLayout& layout, float* sum) const;
+  virtual EncodeResult encode_sum(const float* sum, const WireHeader& header,
+                                  const WireLayout& layout, uint8_t* out) const;
 
  private:
+  // sum: through encode_sum (x is the fp32 sum) instead of encode_body.
   EncodeResult encode_any(const void* x, DType dtype, MessageShape shape, uint8_t* out,
-                          size_t capacity) const;
+                          size_t capacity, bool sum = false) const;
   DecodeResult decode_any(const uint8_t* in, size_t size, MessageShape shape, void* out,
                           DType out_dtype, bool accumulate, const WireContext& context) const;
 

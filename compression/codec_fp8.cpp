@@ -89,6 +89,28 @@ class Fp8Codec final : public Codec {
     }
     return cpu::fp8_group_decode(codes, scales, spec, static_cast<float*>(out), accumulate);
   }
+
+  // taco sums its transform's coefficients (kernels/codec_fp8.h); fp8_block and fp8_tensor have
+  // no transform, and the flag changes nothing for them.
+  int64_t decode_sum_term(const uint8_t* in, const WireHeader& header, const WireLayout& layout,
+                          float* sum) const override {
+    Fp8GroupSpec spec = fp8_group_spec(options(), header.shape);
+    spec.coefficients = spec.hadamard;
+    return cpu::fp8_group_decode(in + layout.payload_offset, in + layout.scales_offset, spec, sum,
+                                 /*accumulate=*/true);
+  }
+
+  EncodeResult encode_sum(const float* sum, const WireHeader& header, const WireLayout& layout,
+                          uint8_t* out) const override {
+    Fp8GroupSpec spec = fp8_group_spec(options(), header.shape);
+    spec.coefficients = spec.hadamard;
+    const Fp8EncodeCounts c =
+        cpu::fp8_group_encode(sum, spec, out + layout.payload_offset, out + layout.scales_offset);
+    EncodeResult r;
+    r.nonfinite_values = c.nonfinite_values;
+    r.nonfinite_groups = c.nonfinite_groups;
+    return r;
+  }
 };
 
 }  // namespace

@@ -60,6 +60,17 @@
 // Below 2^127 finite codes give finite outputs in both types, so the check costs nothing on
 // ordinary groups. Codes that are NaN or Inf, which no encoder writes (a damaged payload), are not
 // looked for.
+// taco's sums (the two-shot all-reduce's middle step, Codec::decode_sum_encode) are formed in
+// the transform's coefficients. With spec.coefficients set, decode and encode treat every group
+// as a tail group (BF_G skipped, h = 1, n_t = 1; ss, a, e and the quantizer as written), so a
+// message decodes to its coefficients z = fp8val * mul (mul = q * (1 / a), ...), the p messages'
+// z are summed in order, and the sum is encoded with u = z, c = a * 2^-e. The result is an
+// ordinary taco message of the summed values. In exact arithmetic it is the message of the
+// value-domain sum: WHT is orthonormal and its own inverse, so each decoded x_i = WHT(z_i), the
+// sum x = WHT(z), ss(x) = ss(z), and the codes of a * WHT(x) are those of a * z. The p inverse
+// transforms and the forward one cancel and none is run: fewer roundings, and no butterflies in
+// the sum's kernels.
+//
 // tree_sum over n values: pad with zeros to P = next power of two >= n, then adjacent partial
 // sums first: for (h = 1; h < P; h *= 2) v[i] += v[i + h] for i a multiple of 2h;  result v[0].
 // (This order keeps most of a device lane's additions in its registers, kernels/cuda.)
@@ -163,6 +174,7 @@ struct Fp8GroupSpec {
   bool hadamard = false;      // adaptive scale + Walsh-Hadamard (TACO); needs G a power of two
   Fp8Format format = Fp8Format::e4m3;
   Fp8Scales scales = Fp8Scales::single;
+  bool coefficients = false;  // taco: the values are transform coefficients (sums, see above)
 
   int64_t count() const { return rows * cols; }
   int64_t num_groups() const {
@@ -239,11 +251,11 @@ void fp8_decode_device(const uint8_t* in, size_t size, const Fp8DeviceMessage& m
                        int64_t* nonfinite_groups);
 
 // The two-shot all-reduce's middle step: the `count` messages at in + i * slot (`size` bytes
-// each, all of `message`'s layout) decoded, summed in fp32 in index order and encoded as an
-// fp32 message (`message` built for DType::f32) into out. Grouped codecs: one kernel, every
-// header checked by every block; fp8_tensor: decode-accumulate into `scratch` (count() floats),
-// then encode. `status`, `nonfinite_groups` (groups decoded to NaN or Inf): as
-// fp8_decode_device.
+// each, all of `message`'s layout) decoded, summed in fp32 in index order (taco: its
+// coefficients, above) and encoded as an fp32 message (`message` built for DType::f32) into out.
+// Grouped codecs: one kernel, every header checked by every block; fp8_tensor: decode-accumulate
+// into `scratch` (count() floats), then encode. `status`, `nonfinite_groups` (groups decoded to NaN
+// or Inf): as fp8_decode_device.
 void fp8_decode_sum_encode_device(const uint8_t* in, size_t slot, int count, size_t size,
                                   const Fp8DeviceMessage& message, uint8_t* out, float* scratch,
                                   Stream stream, uint32_t* status, int64_t* nonfinite_groups);

@@ -134,25 +134,15 @@ int64_t CompressedCollectives::encode_chunks(const Codec& codec, const void* x, 
   return poisoned;
 }
 
-size_t CompressedCollectives::reduce_chunks(const Codec& codec, const void* x, DType dtype,
-                                            const Chunks& chunks, float* acc,
-                                            const WireContext& where, CompressedCall& call,
-                                            bool measure) {
+size_t CompressedCollectives::exchange_chunks(const Codec& codec, const void* x, DType dtype,
+                                              const Chunks& chunks, const WireContext& where,
+                                              CompressedCall& call, bool measure) {
   const int p = comm_.size();
-  const MessageShape mine = chunks.shape[size_t(comm_.rank())];
   const size_t slot = slot_size(codec, chunks, dtype);
   send_.resize(size_t(p) * slot);
   recv_.resize(size_t(p) * slot);
   encode_chunks(codec, x, dtype, chunks, slot, send_.data(), where, call, measure);
   comm_.all_to_all(send_.data(), recv_.data(), slot, DType::u8, nullptr);
-  const size_t mine_bytes = codec.max_encoded_size(mine, dtype);
-  std::fill(acc, acc + mine.count(), 0.f);
-  const CodecTime timed(call);
-  for (int r = 0; r < p; ++r) {
-    call.nonfinite_groups +=
-        codec.decode_accumulate(recv_.data() + size_t(r) * slot, mine_bytes, mine, acc, where)
-            .nonfinite_groups;
-  }
   return slot;
 }
 
@@ -163,14 +153,22 @@ size_t CompressedCollectives::gather_chunks(const Codec& codec, const void* mine
   const int p = comm_.size(), me = comm_.rank();
   const size_t slot = slot_size(codec, chunks, in_dtype);
   send_.resize(size_t(p) * slot);
-  uint8_t* own = send_.data() + size_t(me) * slot;
   EncodeResult r;
   {
     const CodecTime timed(call);
-    r = encode_into_slot(codec, mine_data, in_dtype, 0, chunks.shape[size_t(me)], own, slot);
+    r = encode_into_slot(codec, mine_data, in_dtype, 0, chunks.shape[size_t(me)],
+                         send_.data() + size_t(me) * slot, slot);
   }
   if (nonfinite_values) *nonfinite_values += r.nonfinite_values;
-  comm_.all_gather(own, send_.data(), slot, DType::u8, nullptr);
+  gather_decoded(codec, chunks, slot, in_dtype, out, out_dtype, where, call);
+  return slot;
+}
+
+void CompressedCollectives::gather_decoded(const Codec& codec, const Chunks& chunks, size_t slot,
+                                           DType in_dtype, void* out, DType out_dtype,
+                                           const WireContext& where, CompressedCall& call) {
+  const int p = comm_.size(), me = comm_.rank();
+  comm_.all_gather(send_.data() + size_t(me) * slot, send_.data(), slot, DType::u8, nullptr);
   const CodecTime timed(call);
   for (int c = 0; c < p; ++c) {
     const MessageShape s = chunks.shape[size_t(c)];
@@ -179,24 +177,35 @@ size_t CompressedCollectives::gather_chunks(const Codec& codec, const void* mine
                   out, out_dtype, chunks.offset[size_t(c)], where)
             .nonfinite_groups;
   }
-  return slot;
 }
 
 CompressedCall CompressedCollectives::all_reduce(const Codec& codec, void* x, DType dtype,
                                                  MessageShape shape, const WireContext& where,
                                                  bool measure) {
   check_dtype(dtype);
-  const Chunks chunks = split(shape, comm_.size());
+  const int p = comm_.size(), me = comm_.rank();
+  const Chunks chunks = split(shape, p);
+  const MessageShape mine = chunks.shape[size_t(me)];
   CompressedCall call;
-  // Shot one: chunk c of every rank goes to rank c, which sums the decoded chunks in fp32.
-  acc_.resize(size_t(chunks.shape[size_t(comm_.rank())].count()));
-  const size_t slot1 = reduce_chunks(codec, x, dtype, chunks, acc_.data(), where, call, measure);
-  // Shot two: each reduced chunk, encoded once by its owner, goes to everyone, and the owner too
-  // takes its chunk from the decoded bytes, so every rank holds the same values.
-  call.nonfinite_groups = 0;  // counted on the result only
-  const size_t slot2 =
-      gather_chunks(codec, acc_.data(), DType::f32, chunks, x, dtype, where, call, nullptr);
-  call.wire_bytes = size_t(comm_.size() - 1) * (slot1 + slot2);
+  // Shot one: chunk c of every rank goes to rank c, which sums the decoded chunks in fp32 in rank
+  // order and encodes the sum once, into its slot of shot two (Codec::decode_sum_encode).
+  const size_t slot1 = exchange_chunks(codec, x, dtype, chunks, where, call, measure);
+  const size_t slot2 = slot_size(codec, chunks, DType::f32);
+  send_.resize(size_t(p) * slot2);
+  acc_.resize(size_t(mine.count()));
+  {
+    const CodecTime timed(call);
+    uint8_t* own = send_.data() + size_t(me) * slot2;
+    codec.decode_sum_encode(recv_.data(), slot1, p, codec.max_encoded_size(mine, dtype), mine,
+                            acc_.data(), own, slot2, where);
+    const size_t bytes = codec.max_encoded_size(mine, DType::f32);
+    std::memset(own + bytes, 0, slot2 - bytes);
+  }
+  // Shot two: each reduced chunk goes to everyone, and the owner too takes its chunk from the
+  // decoded bytes, so every rank holds the same values. Non-finite groups are counted on the
+  // result only.
+  gather_decoded(codec, chunks, slot2, DType::f32, x, dtype, where, call);
+  call.wire_bytes = size_t(p - 1) * (slot1 + slot2);
   return call;
 }
 
@@ -213,7 +222,19 @@ CompressedCall CompressedCollectives::reduce_scatter(const Codec& codec, const v
     acc_.resize(n);
     acc = acc_.data();
   }
-  const size_t slot = reduce_chunks(codec, in, dtype, chunks, acc, where, call, measure);
+  const size_t slot = exchange_chunks(codec, in, dtype, chunks, where, call, measure);
+  {
+    // This rank's chunk: the p decoded copies summed in fp32 in rank order.
+    const MessageShape mine = chunks.shape[size_t(comm_.rank())];
+    const size_t bytes = codec.max_encoded_size(mine, dtype);
+    std::fill(acc, acc + n, 0.f);
+    const CodecTime timed(call);
+    for (int r = 0; r < comm_.size(); ++r) {
+      call.nonfinite_groups +=
+          codec.decode_accumulate(recv_.data() + size_t(r) * slot, bytes, mine, acc, where)
+              .nonfinite_groups;
+    }
+  }
   if (dtype == DType::bf16) {
     bf16* o = static_cast<bf16*>(out);
     for (size_t i = 0; i < n; ++i) o[i] = float_to_bf16(acc[i]);

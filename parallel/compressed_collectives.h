@@ -102,16 +102,19 @@ class CompressedCollectives {
                         CompressedCall& call);
 
  private:
-  // Shot one of all_reduce, all of reduce_scatter: encodes the chunks of `x`, all_to_all, and
-  // sums the p decoded copies of this rank's chunk into `acc` (fp32) in rank order. Returns the
-  // slot size.
-  size_t reduce_chunks(const Codec& codec, const void* x, DType dtype, const Chunks& chunks,
-                       float* acc, const WireContext& where, CompressedCall& call, bool measure);
-  // Shot two of all_reduce, all of all_gather: encodes this rank's chunk `mine_data`,
-  // all_gather, and decodes every chunk (its own included) into `out`. Returns the slot size.
+  // Shot one of all_reduce and reduce_scatter: encodes the chunks of `x` and all_to_all, so
+  // that recv_ holds the p encodings of this rank's chunk. Returns the slot size.
+  size_t exchange_chunks(const Codec& codec, const void* x, DType dtype, const Chunks& chunks,
+                         const WireContext& where, CompressedCall& call, bool measure);
+  // Shot two of all_reduce, all of all_gather: encodes this rank's chunk `mine_data` into its
+  // slot of send_, then gather_decoded. Returns the slot size.
   size_t gather_chunks(const Codec& codec, const void* mine_data, DType in_dtype,
                        const Chunks& chunks, void* out, DType out_dtype, const WireContext& where,
                        CompressedCall& call, int64_t* nonfinite_values);
+  // all_gather of this rank's encoded chunk (in its slot of send_, `slot` bytes a slot), and
+  // every chunk (its own included) decoded into `out`.
+  void gather_decoded(const Codec& codec, const Chunks& chunks, size_t slot, DType in_dtype,
+                      void* out, DType out_dtype, const WireContext& where, CompressedCall& call);
   // Encodes chunk c of `x` into slot c of `buf` (zero-padding the slot), adding to `call`;
   // returns the groups encoded as NaN.
   int64_t encode_chunks(const Codec& codec, const void* x, DType dtype, const Chunks& chunks,

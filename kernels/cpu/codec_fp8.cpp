@@ -55,11 +55,13 @@ TACO_SIMD_INLINE void encode_group(float* __restrict v, Scratch& w, int n_any, i
 #pragma omp simd
     for (int i = 0; i < n; ++i) v[i] *= p;
   }
-  const bool full = n == s.group;
-  if constexpr (kN != 0) {
-    simd::butterflies<kN>(v);
-  } else if (full) {
-    simd::butterflies(v, n);
+  const bool full = n == s.group && !s.coefficients;  // coefficients: as a tail group
+  if (full) {
+    if constexpr (kN != 0) {
+      simd::butterflies<kN>(v);
+    } else {
+      simd::butterflies(v, n);
+    }
   }
   const float c_scale = std::ldexp(a, -e) * (full ? w.h : 1.f);
   const TacoQuantizer qz = make_taco_quantizer(simd::absmax(v, n), c_scale, ea, s);
@@ -182,13 +184,15 @@ TACO_SIMD_INLINE int decode_group(const uint8_t* codes, const uint8_t* scales,
   const float q = d.mul, a = d.a, target = fp8_max(s.format);
   bool check;
   if (s.hadamard) {  // x = butterflies(fp8 values) * (mul * h [/ a])
-    const bool full = n == s.group;
+    const bool full = n == s.group && !s.coefficients;  // coefficients: as a tail group
     const float h = full ? w.h : 1.f;
     const float mul = dual ? q * (h / a) : q * h;
-    if constexpr (kN != 0) {
-      simd::butterflies<kN>(v);
-    } else if (full) {
-      simd::butterflies(v, n);
+    if (full) {
+      if constexpr (kN != 0) {
+        simd::butterflies<kN>(v);
+      } else {
+        simd::butterflies(v, n);
+      }
     }
     // |butterflies| <= (full ? n : 1) * fp8_max, a power of two times fp8_max
     check = may_overflow((float(full ? n : 1) * target) * std::fabs(mul), 1.f);

@@ -211,10 +211,13 @@ __device__ __forceinline__ void quantize_column(const float (&v)[S::R], const Qu
 // Quantizes the tile's values v (elements outside the group are zero) into the codes and scales
 // of a message, counting poisoned groups (a non-finite value) into `poisoned_groups`. kWhole: t
 // comes from tile_at<..., kWhole = true> (n is G or, past the last tile, 0, with zeros in v) and
-// p.vectorized holds. kFixed: options fixed at compile time (codec_options).
+// p.vectorized holds. kFixed: options fixed at compile time (codec_options). kCoeffs: v holds a
+// taco group's transform coefficients (the all-reduce's sum, kernels/codec_fp8.h): the transform
+// and h are skipped, as for a tail group.
 // encode_tile_codes: all of it but the store of the codes, which are left in `packed` (tokens
 // [r][c], hidden [r]; byte i of the array is register i's code), for callers that stage them.
-template <class S, bool kTokens, bool kWhole = false, FixedOptions kFixed = FixedOptions::none>
+template <class S, bool kTokens, bool kWhole = false, FixedOptions kFixed = FixedOptions::none,
+          bool kCoeffs = false>
 __device__ __forceinline__ void encode_tile_codes(float (&v)[S::C][S::R], const TileRef& t, int li,
                                                   const GroupParams& p, uint8_t* scales,
                                                   int64_t& poisoned_groups,
@@ -224,7 +227,8 @@ __device__ __forceinline__ void encode_tile_codes(float (&v)[S::C][S::R], const 
   const CodecOptions o = codec_options<kFixed>(p);
   const bool e8m0 = o.scales == Fp8Scales::e8m0;
   // Every group full (the transform on a past-the-end tile's zeros gives zeros, not stored).
-  const bool full = kWhole || t.full;
+  // Coefficients: no transform, h = 1.
+  const bool full = !kCoeffs && (kWhole || t.full);
 #pragma unroll
   for (int w = 0; w < R * C / 4; ++w) packed[w] = 0;
 
@@ -271,10 +275,12 @@ __device__ __forceinline__ void encode_tile_codes(float (&v)[S::C][S::R], const 
           a_e = __fmul_rn(a, exact_pow2(-e));
         }
       }
-      if constexpr (kWhole) {
-        hadamard_full<R, L, K>(v[c], li);
-      } else {
-        hadamard<R, L, K>(v[c], li, t.full);
+      if constexpr (!kCoeffs) {
+        if constexpr (kWhole) {
+          hadamard_full<R, L, K>(v[c], li);
+        } else {
+          hadamard<R, L, K>(v[c], li, t.full);
+        }
       }
       const float cy = __fmul_rn(a_e, full ? p.hadamard_scale : 1.f);
       qz = make_taco_quantizer(group_max<L>(lane_max_abs<false>(v[c])), cy, ea, o.scales, p.target,
@@ -311,13 +317,15 @@ __device__ __forceinline__ void encode_tile_codes(float (&v)[S::C][S::R], const 
   }
 }
 
-template <class S, bool kTokens, bool kWhole = false, FixedOptions kFixed = FixedOptions::none>
+template <class S, bool kTokens, bool kWhole = false, FixedOptions kFixed = FixedOptions::none,
+          bool kCoeffs = false>
 __device__ __forceinline__ void encode_tile(float (&v)[S::C][S::R], const TileRef& t, int li,
                                             const GroupParams& p, uint8_t* codes_out,
                                             uint8_t* scales, int64_t& poisoned_groups) {
   constexpr int R = S::R, C = S::C, kRun = S::kRun;
   uint32_t packed[R * C / 4];
-  encode_tile_codes<S, kTokens, kWhole, kFixed>(v, t, li, p, scales, poisoned_groups, packed);
+  encode_tile_codes<S, kTokens, kWhole, kFixed, kCoeffs>(v, t, li, p, scales, poisoned_groups,
+                                                         packed);
 
   // Store the codes (payload index = element index).
   if constexpr (kTokens) {

@@ -199,9 +199,10 @@ __device__ __forceinline__ void load_coded_tile(const uint8_t* codes_in, const u
 
 // The values of a loaded tile's groups (elements outside the group: zero, or NaN in a poisoned
 // group), counting the groups decoded as NaN, and those decoded to Inf (count_nonfinite; in bf16
-// where kBf16Out), into `poisoned_groups`.
+// where kBf16Out), into `poisoned_groups`. kCoeffs: a taco group's transform coefficients
+// instead (the all-reduce's sum, kernels/codec_fp8.h): no butterflies, h = 1, as a tail group.
 template <class S, bool kTokens, bool kWhole = false, bool kDeferred = false,
-          FixedOptions kFixed = FixedOptions::none, bool kBf16Out = false>
+          FixedOptions kFixed = FixedOptions::none, bool kBf16Out = false, bool kCoeffs = false>
 __device__ __forceinline__ void decode_loaded_tile(const CodedTile<S, kDeferred>& ct,
                                                    const TileRef& t, int li, const GroupParams& p,
                                                    float (&v)[S::C][S::R],
@@ -224,17 +225,19 @@ __device__ __forceinline__ void decode_loaded_tile(const CodedTile<S, kDeferred>
       } else {
         column_values<S, kTokens, Fp8Format::e5m2, false>(packed, c, 1.f, v[c]);
       }
-      if constexpr (kWhole) {  // past the last tile: zeros, not stored
-        hadamard_full<R, L, K>(v[c], li);
-      } else {
-        hadamard<R, L, K>(v[c], li, t.full);
+      const bool full = !kCoeffs && (kWhole || t.full);
+      if constexpr (!kCoeffs) {
+        if constexpr (kWhole) {  // past the last tile: zeros, not stored
+          hadamard_full<R, L, K>(v[c], li);
+        } else {
+          hadamard<R, L, K>(v[c], li, t.full);
+        }
       }
-      const float h = kWhole || t.full ? p.hadamard_scale : 1.f;
+      const float h = full ? p.hadamard_scale : 1.f;
       const bool dual = o.scales == Fp8Scales::dual;
       const float mul = dual ? __fmul_rn(d.mul, __fdiv_rn(h, d.a)) : __fmul_rn(d.mul, h);
       // |butterflies| <= n * fp8_max for a full group, fp8_max for a tail (exact products)
-      check = may_overflow(
-          __fmul_rn((kWhole || t.full ? float(R * L) : 1.f) * p.target, fabsf(mul)), 1.f);
+      check = may_overflow(__fmul_rn((full ? float(R * L) : 1.f) * p.target, fabsf(mul)), 1.f);
       if (!tiny_factor(mul, d.mul)) {
 #pragma unroll
         for (int r = 0; r < R; ++r) v[c][r] = __fmul_rn(v[c][r], mul);
@@ -296,13 +299,14 @@ __device__ __forceinline__ void decode_loaded_tile(const CodedTile<S, kDeferred>
 }
 
 // decode_loaded_tile of the tile at t.
-template <class S, bool kTokens>
+template <class S, bool kTokens, bool kCoeffs = false>
 __device__ __forceinline__ void decode_tile(const uint8_t* codes_in, const uint8_t* scales,
                                             const TileRef& t, int li, const GroupParams& p,
                                             float (&v)[S::C][S::R], int64_t& poisoned_groups) {
   CodedTile<S> ct;
   load_coded_tile<S, kTokens>(codes_in, scales, t, p, ct);
-  decode_loaded_tile<S, kTokens>(ct, t, li, p, v, poisoned_groups);
+  decode_loaded_tile<S, kTokens, false, false, FixedOptions::none, false, kCoeffs>(ct, t, li, p, v,
+                                                                                   poisoned_groups);
 }
 
 }  // namespace taco::cuda::codec

@@ -1,8 +1,9 @@
 // The middle step of the two-shot all-reduce on the device: p received messages decoded, summed
 // in fp32 in rank order and re-encoded, in one kernel for the grouped codecs. Each tile is
 // decoded p times into registers (codec_fp8_group_decode.cuh, decode_tile), summed there, and
-// quantized (encode_tile): the p inputs are read once and the sum never touches memory. The bytes
-// are the host's: decode_accumulate of each message into zeros, then encode of the fp32 sum.
+// quantized (encode_tile): the p inputs are read once and the sum never touches memory. taco sums
+// its transform's coefficients (kernels/codec_fp8.h: no butterflies here at all, kCoeffs). The
+// bytes are the host's Codec::decode_sum_encode.
 #include "kernels/codec_fp8.h"
 #include "kernels/cuda/codec_fp8_group_decode.cuh"
 #include "kernels/cuda/codec_fp8_token_stage.cuh"
@@ -40,16 +41,16 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < count; ++i) {
       const uint8_t* message = in + uint64_t(i) * slot;
       float v[C][R];
-      decode_tile<S, kTokens>(message + kWireHeaderBytes, message + p.scales_offset, t, li, p, v,
-                              poisoned_in);
+      decode_tile<S, kTokens, true>(message + kWireHeaderBytes, message + p.scales_offset, t, li, p,
+                                    v, poisoned_in);
 #pragma unroll
       for (int c = 0; c < C; ++c) {
 #pragma unroll
         for (int r = 0; r < R; ++r) sum[c][r] = __fadd_rn(sum[c][r], v[c][r]);
       }
     }
-    encode_tile<S, kTokens>(sum, t, li, p, out + kWireHeaderBytes, out + p.scales_offset,
-                            poisoned_out);
+    encode_tile<S, kTokens, false, FixedOptions::none, true>(sum, t, li, p, out + kWireHeaderBytes,
+                                                             out + p.scales_offset, poisoned_out);
   }
   add_count(nonfinite_groups, poisoned_in);
 }
@@ -124,11 +125,12 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_REDUCE_MIN_BLOCKS(G))
 #pragma unroll
     for (int m = 0; m < kCount; ++m) {
       float v[1][R];
-      decode_loaded_tile<S, false, true, false, kFixed>(ct[m], t, li, p, v, poisoned_in);
+      decode_loaded_tile<S, false, true, false, kFixed, false, true>(ct[m], t, li, p, v,
+                                                                     poisoned_in);
 #pragma unroll
       for (int r = 0; r < R; ++r) sum[0][r] = __fadd_rn(sum[0][r], v[0][r]);
     }
-    encode_tile<S, false, true, kFixed>(sum, t, li, p, codes_out, scales_out, poisoned_out);
+    encode_tile<S, false, true, kFixed, true>(sum, t, li, p, codes_out, scales_out, poisoned_out);
     if (kAhead) {
 #pragma unroll
       for (int m = 0; m < kCount; ++m) ct[m] = next[m];
@@ -235,12 +237,14 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
                                            t.first_group, p.num_groups, p.scales)
                               : DecodeScale{1.f, 1.f, false};
         float v[1][R];
-        decode_loaded_tile<S, false>(ct, t, li, p, v, poisoned_in);
+        decode_loaded_tile<S, false, false, false, FixedOptions::none, false, true>(ct, t, li, p, v,
+                                                                                    poisoned_in);
 #pragma unroll
         for (int r = 0; r < R; ++r) sum[0][r] = __fadd_rn(sum[0][r], v[0][r]);
       }
       uint32_t packed[R / 4];
-      encode_tile_codes<S, false>(sum, t, li, p, out + p.scales_offset, poisoned_out, packed);
+      encode_tile_codes<S, false, false, FixedOptions::none, true>(
+          sum, t, li, p, out + p.scales_offset, poisoned_out, packed);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         codes[TS::code_at(first + S::offset(r), col, cs)] = uint8_t(byte_of(packed, r));

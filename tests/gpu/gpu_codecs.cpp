@@ -276,10 +276,11 @@ TEST(CudaCodecs, StagedTokenKernelsOnALargeMessageMatchTheCpuReference) {
 }
 
 // The two-shot all-reduce's middle step: p messages decoded, summed in fp32 in order and
-// re-encoded in one kernel give the bytes of the host's decode_accumulate into zeros + encode,
+// re-encoded in one kernel give the bytes of the host's Codec::decode_sum_encode (taco: summed in
+// its transform's coefficients, kernels/codec_fp8.h),
 // and the groups decoded as NaN or Inf are counted as the host counts them (p = 2: a message of
 // values near FLT_MAX); a bad header in any message is reported.
-TEST(CudaCodecs, DecodeSumEncodeMatchesTheHostDecodeAccumulateThenEncode) {
+TEST(CudaCodecs, DecodeSumEncodeMatchesTheHost) {
   TACO_SKIP_WITHOUT_GPU();
   const WireContext ctx{std::nullopt, -1, 0};
   uint64_t seed = 1000;
@@ -300,14 +301,13 @@ TEST(CudaCodecs, DecodeSumEncodeMatchesTheHostDecodeAccumulateThenEncode) {
                                   : Data::gaussian;
           const std::vector<bf16> x = test::to_bf16(make_data(d, shape, ++seed));
           codec->encode(x.data(), shape, slots.data() + size_t(i) * slot, size);
-          nan_groups +=
-              codec
-                  ->decode_accumulate(slots.data() + size_t(i) * slot, size, shape, sum.data(), ctx)
-                  .nonfinite_groups;
         }
         const size_t out_size = codec->max_encoded_size(shape, DType::f32);
         std::vector<uint8_t> ref(out_size);
-        codec->encode(sum.data(), shape, ref.data(), out_size);
+        nan_groups = codec
+                         ->decode_sum_encode(slots.data(), slot, p, size, shape, sum.data(),
+                                             ref.data(), out_size, ctx)
+                         .nonfinite_groups;
 
         DeviceArray<uint8_t> in(slots), out(out_size);
         DeviceArray<float> scratch(std::max<size_t>(n, 1));
@@ -334,7 +334,7 @@ TEST(CudaCodecs, DecodeSumEncodeMatchesTheHostDecodeAccumulateThenEncode) {
 
 // The staged decode-sum-encode along tokens, and the whole-group one along hidden, on a message
 // of more tiles than a wave of blocks (as above; along hidden every warp runs several tiles, each
-// read one tile ahead), p = 2 and 4 messages, against the host's decode_accumulate then encode.
+// read one tile ahead), p = 2 and 4 messages, against the host's decode_sum_encode.
 // Along hidden: taco's and fp8_block's defaults (fixed at compile time in the kernel) and taco
 // with e8m0 scales (the message's options), at G = 32, 128 and 512.
 TEST(CudaCodecs, LargeMessageDecodeSumEncodeMatchesTheHost) {
@@ -366,13 +366,13 @@ TEST(CudaCodecs, LargeMessageDecodeSumEncodeMatchesTheHost) {
         const Data d = i == 1 ? Data::nonfinite : i == 2 ? Data::outliers : Data::gaussian;
         const std::vector<bf16> x = test::to_bf16(make_data(d, shape, ++seed));
         codec->encode(x.data(), shape, slots.data() + size_t(i) * slot, size);
-        nan_groups +=
-            codec->decode_accumulate(slots.data() + size_t(i) * slot, size, shape, sum.data(), ctx)
-                .nonfinite_groups;
       }
       const size_t out_size = codec->max_encoded_size(shape, DType::f32);
       std::vector<uint8_t> ref(out_size);
-      codec->encode(sum.data(), shape, ref.data(), out_size);
+      nan_groups = codec
+                       ->decode_sum_encode(slots.data(), slot, p, size, shape, sum.data(),
+                                           ref.data(), out_size, ctx)
+                       .nonfinite_groups;
 
       DeviceArray<uint8_t> in(slots), out(out_size);
       DeviceArray<float> scratch(n);

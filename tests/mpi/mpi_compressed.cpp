@@ -124,7 +124,8 @@ class CompressedCollectivesTest : public test::MpiTest {
   std::unique_ptr<MpiCommunicator> world_, pair_;
 };
 
-// out_c = D(E(sum_r D(E(x_{r,c})))) on every rank, bit for bit; within the bound of the exact sum:
+// out_c = D(decode_sum_encode(E(x_{0,c}), ..., E(x_{p-1,c}))) on every rank, bit for bit (taco
+// sums in its coefficients, kernels/codec_fp8.h); within the bound of the exact sum:
 //   ||out_c - S_c|| <= rho A_c + rho (||S_c|| + rho A_c) + 1e-6 A_c,   A_c = sum_r ||x_{r,c}||,
 // the first shot's p roundings (triangle inequality), the second shot's one rounding of a sum
 // that is itself off by at most rho A_c, and the fp32 additions. A rank's chunk that went
@@ -151,18 +152,23 @@ TEST_F(CompressedCollectivesTest, AllReduceIsTwoShotWithinCodecBoundAndIdentical
         for (int c = 0; c < p; ++c) {
           const Chunk ch = chunk_of(shape, p, c);
           const size_t m = size_t(ch.shape.count());
-          std::vector<float> acc(m, 0.f), twice(m);
+          std::vector<float> acc(m), twice(m);
           std::vector<double> exact(m, 0.0), err(m);
           double a = 0;
+          std::vector<uint8_t> slots;
+          size_t size = 0;
           for (int r = 0; r < p; ++r) {
             const float* xr = x[size_t(r)].data() + ch.offset;
-            const auto buf = encode(*codec, xr, ch.shape);
-            codec->decode_accumulate(buf.data(), buf.size(), ch.shape, acc.data(), WireContext{});
+            const auto one = encode(*codec, xr, ch.shape);
+            size = one.size();
+            slots.insert(slots.end(), one.begin(), one.end());
             std::vector<double> part(xr, xr + m);
             a += norm(part);
             for (size_t i = 0; i < m; ++i) exact[i] += xr[i];
           }
-          const auto buf = encode(*codec, acc.data(), ch.shape);
+          std::vector<uint8_t> buf(codec->max_encoded_size(ch.shape, DType::f32));
+          codec->decode_sum_encode(slots.data(), size, p, size, ch.shape, acc.data(), buf.data(),
+                                   buf.size(), WireContext{});
           codec->decode(buf.data(), buf.size(), ch.shape, twice.data(), WireContext{});
           int mismatches = 0;
           for (size_t i = 0; i < m; ++i) {
