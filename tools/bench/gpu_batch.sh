@@ -18,6 +18,9 @@
 #   trace      the 124M step under libtaco-cupti-trace.so, then gpu_gaps.py      ~20 s
 #   attention  PyTorch's SDPA on the model shapes (attention_vs_torch.py)        ~30 s
 #   codec      taco-bench codec (device codecs against a device-to-device copy)  ~80 s
+#   codecab    taco-bench codec at 128 MB of CODECAB_BASE (an older build's taco-bench, carried;
+#              its libraries in CODECAB_LIBS) against this build's, alternated CODECAB_ROUNDS
+#              times (2): GB/s and % of the copy of each kernel, side by side      ~30 s a run
 #   comm       taco-bench comm on this one GPU                                   ~30 s
 #   commstaged taco-bench comm, 2 ranks on the one GPU, MPI staged through host memory ~40 s
 #   stagesweep taco-bench comm, 2 ranks through host memory (STAGESWEEP_NP=4: four): the
@@ -141,6 +144,33 @@ for part in "${parts[@]}"; do
   codec)
     timeout 300 $B/taco-bench codec --json "$OUT/codec-gpu.json" > "$OUT/codec-gpu.log" 2>&1
     tail -40 "$OUT/codec-gpu.log"
+    ;;
+  codecab)
+    [ -x "${CODECAB_BASE:-}" ] || { echo "codecab: CODECAB_BASE is not an executable"; exit 2; }
+    for r in $(seq "${CODECAB_ROUNDS:-2}"); do
+      for side in base new; do
+        bin=$B/taco-bench; [ $side = base ] && bin="env LD_LIBRARY_PATH=${CODECAB_LIBS:-} $CODECAB_BASE"
+        timeout 120 $bin codec --codecs fp8_block,taco --min-bytes 128M --max-bytes 128M \
+          --json "$OUT/codecab-$side-$r.json" > "$OUT/codecab-$side-$r.log" 2>&1
+      done
+    done
+    python3 - "$OUT" "${CODECAB_ROUNDS:-2}" <<'PY' | tee "$OUT/codecab.txt"
+import json, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+keys = ["encode_gbps", "decode_gbps", "decode_accumulate_gbps", "decode_sum_encode_gbps"]
+print("round side codec: " + ", ".join(k[:-5] for k in keys) + " GB/s (% of the copy)")
+for r in range(1, rounds + 1):
+    for side in ("base", "new"):
+        try:
+            rows = json.load(open(f"{out}/codecab-{side}-{r}.json"))["results"]
+        except Exception as e:
+            print(r, side, "no result:", e)
+            continue
+        for row in rows:
+            c = row["copy_gbps"]
+            cells = ", ".join(f"{row[k]:.0f} ({100 * row[k] / c:.0f}%)" for k in keys)
+            print(f"{r} {side:4} {row['codec']}: {cells}; copy {c:.0f}")
+PY
     ;;
   comm)
     timeout 120 mpirun -np 1 $B/taco-bench comm --max-bytes 256M --json "$OUT/comm-1gpu.json" \
