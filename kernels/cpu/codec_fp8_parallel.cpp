@@ -34,7 +34,6 @@ void in_batches(int64_t g0, int64_t g1, Batch&& batch, Range&& range) {
 template <class T>
 Fp8EncodeCounts encode_chunk(const T* x, const Fp8GroupSpec& s, int64_t g0, int64_t g1, uint8_t* c,
                              uint8_t* sc, Scratch* w) {
-  if (s.coefficients) return encode_range(x, s, g0, g1, c, sc, w);  // no transform to batch
   if (s.along_tokens && !s.hadamard) return block_tokens_encode(x, s, g0, g1, c, sc, w);
   if (isa_for(s.hadamard) < 1 || !lanes::handles(s)) return encode_range(x, s, g0, g1, c, sc, w);
   Fp8EncodeCounts total;
@@ -51,7 +50,6 @@ Fp8EncodeCounts encode_chunk(const T* x, const Fp8GroupSpec& s, int64_t g0, int6
 template <class Store>
 int64_t decode_chunk(const uint8_t* c, const uint8_t* sc, const Fp8GroupSpec& s, int64_t g0,
                      int64_t g1, Store st, Scratch* w) {
-  if (s.coefficients) return decode_range(c, sc, s, g0, g1, st, w);
   if (s.along_tokens && !s.hadamard) return block_tokens_decode(c, sc, s, g0, g1, st, w);
   if (isa_for(s.hadamard) < 1 || !lanes::handles(s)) return decode_range(c, sc, s, g0, g1, st, w);
   if constexpr (!std::is_same_v<Store, StoreBf16>) {

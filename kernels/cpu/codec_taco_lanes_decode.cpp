@@ -148,8 +148,9 @@ struct ToBf16 {
 
 // The eight groups' decode factors mul (kernels/codec_fp8.h), or false where a lane needs the
 // per-group path: poisoned, a tiny factor (subnormal, or 0 from a non-zero scale), or one that
-// could take an output past 2^127 (G * fp8_max * |mul| >= 2^127).
-template <int kN>
+// could take an output past 2^127 (n_t * fp8_max * |mul| >= 2^127, n_t = G, or 1 for
+// coefficients).
+template <int kN, bool kCoeffs>
 TACO_LANES_INLINE bool factors(const uint8_t* scales, const Fp8GroupSpec& s, int64_t g, float h,
                                V& mul) {
   V q;
@@ -176,20 +177,21 @@ TACO_LANES_INLINE bool factors(const uint8_t* scales, const Fp8GroupSpec& s, int
   const V zero = _mm256_setzero_ps();
   const V zero_of_zero =
       _mm256_and_ps(_mm256_cmp_ps(mul, zero, _CMP_EQ_OQ), _mm256_cmp_ps(q, zero, _CMP_EQ_OQ));
-  const V bound = _mm256_mul_ps(splat(float(kN) * fp8_max(s.format)), abs_of(mul));
+  const V bound = _mm256_mul_ps(splat(float(kCoeffs ? 1 : kN) * fp8_max(s.format)), abs_of(mul));
   const V within = _mm256_cmp_ps(bound, splat(0x1p127f), _CMP_LT_OQ);  // false for NaN
   return all(_mm256_and_ps(_mm256_or_ps(normal(mul), zero_of_zero), within));
 }
 
 // cols: the row length along tokens (s.cols, or a strip's width where codes and out are staged).
-template <int kN, bool kE4m3, class Out>
+// kCoeffs: the outputs are transform coefficients (spec.coefficients): no butterflies, h = 1.
+template <int kN, bool kE4m3, bool kCoeffs, class Out>
 TACO_LANES_INLINE bool decode_batch(const uint8_t* codes, const uint8_t* scales,
                                     const Fp8GroupSpec& s, int64_t base, int64_t cols, int64_t g,
                                     float h, const Out& out) {
   constexpr bool kTokens = Out::tokens;
   const At<kN, kTokens> at{base, cols};
   V mul;
-  if (!factors<kN>(scales, s, g, h, mul)) return false;
+  if (!factors<kN, kCoeffs>(scales, s, g, h, mul)) return false;
   if (any_special_code(codes, at, kE4m3)) return false;
   V buf[kN];
   for (int b = 0; b < kN / 8; ++b) {
@@ -198,11 +200,11 @@ TACO_LANES_INLINE bool decode_batch(const uint8_t* codes, const uint8_t* scales,
     load_codes(codes, at, 8 * b, c);
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) v[k] = fp8_value<kE4m3>(c[k]);
-    butterflies<3>(v);
+    if constexpr (!kCoeffs) butterflies<3>(v);
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) buf[8 * b + k] = v[k];
   }
-  middle_stages<kN>(buf);
+  if constexpr (!kCoeffs) middle_stages<kN>(buf);
   auto last_stage = [&](const auto& sink, const auto& where) {
     for (int b = 0; b < kN / 2; b += 8) {  // the last stage pairs block b with block b + kN / 2
       V lo[8], hi[8];
@@ -210,7 +212,7 @@ TACO_LANES_INLINE bool decode_batch(const uint8_t* codes, const uint8_t* scales,
       for (int k = 0; k < 8; ++k) {
         lo[k] = buf[b + k];
         hi[k] = buf[b + kN / 2 + k];
-        butterfly(lo[k], hi[k]);
+        if constexpr (!kCoeffs) butterfly(lo[k], hi[k]);
         lo[k] = _mm256_mul_ps(lo[k], mul);
         hi[k] = _mm256_mul_ps(hi[k], mul);
       }
@@ -235,9 +237,13 @@ TACO_LANES_INLINE bool decode_batch(const uint8_t* codes, const uint8_t* scales,
 template <int kN, class Out>
 bool decode_sized(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& s, int64_t base,
                   int64_t cols, int64_t g, float h, const Out& out) {
-  return s.format == Fp8Format::e4m3
-             ? decode_batch<kN, true>(codes, scales, s, base, cols, g, h, out)
-             : decode_batch<kN, false>(codes, scales, s, base, cols, g, h, out);
+  const bool e4m3 = s.format == Fp8Format::e4m3;
+  if (s.coefficients) {
+    return e4m3 ? decode_batch<kN, true, true>(codes, scales, s, base, cols, g, 1.f, out)
+                : decode_batch<kN, false, true>(codes, scales, s, base, cols, g, 1.f, out);
+  }
+  return e4m3 ? decode_batch<kN, true, false>(codes, scales, s, base, cols, g, h, out)
+              : decode_batch<kN, false, false>(codes, scales, s, base, cols, g, h, out);
 }
 
 template <template <bool...> class Out, class T, bool... kMore>

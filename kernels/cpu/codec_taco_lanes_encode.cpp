@@ -88,7 +88,8 @@ TACO_LANES_INLINE VI pack4(VI c0, VI c1, VI c2, VI c3) {
   return _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
 }
 
-template <int kN, bool kE4m3, bool kTokens, class T>
+// kCoeffs: the values are transform coefficients (spec.coefficients): no butterflies, h = 1.
+template <int kN, bool kE4m3, bool kTokens, bool kCoeffs, class T>
 TACO_LANES_INLINE bool encode_batch(const T* x, const At<kN, kTokens>& at, const Fp8GroupSpec& s,
                                     int64_t g, uint8_t* codes, uint8_t* scales, float h) {
   constexpr int kHalf = kN / 2;
@@ -115,20 +116,27 @@ TACO_LANES_INLINE bool encode_batch(const T* x, const At<kN, kTokens>& at, const
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) q[k] = _mm256_mul_ps(v[k], v[k]);
     part[b] = tree8(q);
-    butterflies<3>(v);
+    if constexpr (!kCoeffs) butterflies<3>(v);
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) buf[8 * b + k] = v[k];
   }
   for (int w = 1; w < kN / 8; w *= 2) {
     for (int i = 0; i < kN / 8; i += 2 * w) part[i] = _mm256_add_ps(part[i], part[i + w]);
   }
-  middle_stages<kN>(buf);
-  // The last stage's outputs are a + c and a - c; max(|a + c|, |a - c|) = |a| + |c|, rounded
-  // the same way, so the absmax needs no pass over them.
   V m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
-  for (int i = 0; i < kHalf; i += 2) {
-    m0 = _mm256_max_ps(_mm256_add_ps(abs_of(buf[i]), abs_of(buf[i + kHalf])), m0);
-    m1 = _mm256_max_ps(_mm256_add_ps(abs_of(buf[i + 1]), abs_of(buf[i + 1 + kHalf])), m1);
+  if constexpr (kCoeffs) {
+    for (int i = 0; i < kN; i += 2) {
+      m0 = _mm256_max_ps(abs_of(buf[i]), m0);
+      m1 = _mm256_max_ps(abs_of(buf[i + 1]), m1);
+    }
+  } else {
+    middle_stages<kN>(buf);
+    // The last stage's outputs are a + c and a - c; max(|a + c|, |a - c|) = |a| + |c|, rounded
+    // the same way, so the absmax needs no pass over them.
+    for (int i = 0; i < kHalf; i += 2) {
+      m0 = _mm256_max_ps(_mm256_add_ps(abs_of(buf[i]), abs_of(buf[i + kHalf])), m0);
+      m1 = _mm256_max_ps(_mm256_add_ps(abs_of(buf[i + 1]), abs_of(buf[i + 1 + kHalf])), m1);
+    }
   }
   const Scalars sc = scalars<kN>(part[0], _mm256_max_ps(m0, m1), s, h);
   if (!sc.ok) return false;
@@ -136,8 +144,10 @@ TACO_LANES_INLINE bool encode_batch(const T* x, const At<kN, kTokens>& at, const
   // Codes of element i: the last stage, the multiply, the conversion.
   const V f = sc.f;
   auto code = [&](int i) {
-    const V u =
-        i < kHalf ? _mm256_add_ps(buf[i], buf[i + kHalf]) : _mm256_sub_ps(buf[i - kHalf], buf[i]);
+    V u = buf[i];
+    if constexpr (!kCoeffs) {
+      u = i < kHalf ? _mm256_add_ps(buf[i], buf[i + kHalf]) : _mm256_sub_ps(buf[i - kHalf], buf[i]);
+    }
     return fp8_code<kE4m3>(_mm256_mul_ps(u, f));
   };
   if constexpr (kTokens) {
@@ -189,28 +199,30 @@ TACO_LANES_INLINE bool encode_batch(const T* x, const At<kN, kTokens>& at, const
   return true;
 }
 
-template <int kN, class T>
+template <int kN, bool kCoeffs, class T>
 bool encode_sized(const T* x, int64_t base, const Fp8GroupSpec& s, int64_t g, uint8_t* codes,
                   uint8_t* scales, float h) {
   const bool e4m3 = s.format == Fp8Format::e4m3;
   if (s.along_tokens) {
     const At<kN, true> at{base, s.cols};
-    return e4m3 ? encode_batch<kN, true>(x, at, s, g, codes, scales, h)
-                : encode_batch<kN, false>(x, at, s, g, codes, scales, h);
+    return e4m3 ? encode_batch<kN, true, true, kCoeffs>(x, at, s, g, codes, scales, h)
+                : encode_batch<kN, false, true, kCoeffs>(x, at, s, g, codes, scales, h);
   }
   const At<kN, false> at{base, s.cols};
-  return e4m3 ? encode_batch<kN, true>(x, at, s, g, codes, scales, h)
-              : encode_batch<kN, false>(x, at, s, g, codes, scales, h);
+  return e4m3 ? encode_batch<kN, true, false, kCoeffs>(x, at, s, g, codes, scales, h)
+              : encode_batch<kN, false, false, kCoeffs>(x, at, s, g, codes, scales, h);
 }
 
 template <class T>
 bool encode_any(const T* x, const Fp8GroupSpec& s, int64_t g, uint8_t* codes, uint8_t* scales) {
   const int64_t base = batch_base(s, g);
   if (base < 0) return false;
-  const float h = hadamard_scale(int(s.group));
   bool done = false;
-  simd::with_taco_size(s.group,
-                       [&]<int kN>() { done = encode_sized<kN>(x, base, s, g, codes, scales, h); });
+  simd::with_taco_size(s.group, [&]<int kN>() {
+    done = s.coefficients
+               ? encode_sized<kN, true>(x, base, s, g, codes, scales, 1.f)
+               : encode_sized<kN, false>(x, base, s, g, codes, scales, hadamard_scale(kN));
+  });
   return done;
 }
 

@@ -200,21 +200,33 @@ TEST_F(CodecSum, TacoSumsItsCoefficientsAndGetsTheValueDomainSum) {
   }
 }
 
+// The per-group loops (baseline x86-64) against AVX2's eight groups at a time (and the strips
+// along tokens) and AVX-512, on messages of whole batches and tails: the bytes and the sums.
 TEST_F(CodecSum, TacoSumBytesDoNotDependOnTheVectorWidth) {
-  const MessageShape s{64, 384};
-  for (GroupAxis axis : {GroupAxis::hidden, GroupAxis::token}) {
-    const auto codec =
-        make_codec(opts(CodecKind::taco, Fp8Format::e4m3, 128, Fp8Scales::dual, axis));
-    const Messages m = make_messages(*codec, s, 3, seed_);
-    std::vector<std::vector<uint8_t>> out;
-    for (int isa : {0, 1, 2}) {
-      cpu::fp8_codecs_limit_isa(isa);
-      std::vector<float> z;
-      out.push_back(sum_of(*codec, m, s, 3, &z));
+  for (MessageShape s : {MessageShape{1024, 512}, MessageShape{600, 200}}) {
+    for (GroupAxis axis : {GroupAxis::hidden, GroupAxis::token}) {
+      for (int g : {32, 128, 512}) {
+        for (Fp8Scales sc : {Fp8Scales::dual, Fp8Scales::e8m0}) {
+          const CodecOptions o = opts(CodecKind::taco, Fp8Format::e4m3, g, sc, axis);
+          SCOPED_TRACE(describe(o) + " [" + std::to_string(s.rows) + ", " + std::to_string(s.cols) +
+                       "]");
+          const auto codec = make_codec(o);
+          const Messages m = make_messages(*codec, s, 3, seed_ + uint64_t(g));
+          std::vector<std::vector<uint8_t>> out;
+          std::vector<std::vector<float>> z(3);
+          for (int isa : {0, 1, 2}) {
+            cpu::fp8_codecs_limit_isa(isa);
+            out.push_back(sum_of(*codec, m, s, 3, &z[size_t(isa)]));
+          }
+          cpu::fp8_codecs_limit_isa(2);
+          EXPECT_TRUE(out[0] == out[1]) << "baseline against AVX2";
+          EXPECT_TRUE(out[0] == out[2]) << "baseline against AVX-512";
+          EXPECT_EQ(std::memcmp(z[0].data(), z[1].data(), z[0].size() * 4), 0) << "sums, AVX2";
+          EXPECT_EQ(std::memcmp(z[0].data(), z[2].data(), z[0].size() * 4), 0) << "sums, AVX-512";
+          if (HasFailure()) return;
+        }
+      }
     }
-    cpu::fp8_codecs_limit_isa(2);
-    EXPECT_EQ(out[0], out[1]) << "baseline against AVX2";
-    EXPECT_EQ(out[0], out[2]) << "baseline against AVX-512";
   }
 }
 
