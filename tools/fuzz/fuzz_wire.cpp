@@ -39,10 +39,17 @@ void decode(const taco::Codec& codec, const std::vector<uint8_t>& buf, taco::Mes
   } else if (how == 1) {
     std::vector<taco::bf16> out(n);
     codec.decode(buf.data(), buf.size(), shape, out.data(), context);
-  } else {
+  } else if (how == 2) {
     std::vector<float> out(n);
     for (size_t i = 0; i < n; ++i) out[i] = float(int(seed_values[i % 4]) - 128);
     codec.decode_accumulate(buf.data(), buf.size(), shape, out.data(), context);
+  } else {  // the all-reduce's middle step: the buffer twice, summed and encoded
+    std::vector<uint8_t> two(buf);
+    two.insert(two.end(), buf.begin(), buf.end());
+    std::vector<float> sum(n);
+    std::vector<uint8_t> out(codec.max_encoded_size(shape, taco::DType::f32));
+    codec.decode_sum_encode(two.data(), buf.size(), 2, buf.size(), shape, sum.data(), out.data(),
+                            out.size(), context);
   }
 }
 
@@ -61,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!validate(o, /*allow_auto_group=*/false).empty()) return 0;
   const MessageShape shape{1 + (data[2] & 15), 1 + data[3] + 256 * (data[4] & 1)};  // <= 16 x 512
   const DType sent = (data[0] >> 2 & 1) ? DType::bf16 : DType::f32;
-  const int how = (data[0] >> 3 & 3) % 3;  // decode to fp32, to bf16, or accumulate
+  const int how = data[0] >> 3 & 3;  // decode to fp32, to bf16, accumulate, or decode-sum-encode
   const int mode = (data[0] >> 5) % 3;
   const uint8_t* rest = data + 6;
   const size_t rest_size = size - 6;
