@@ -6,8 +6,9 @@
 // the [rows, cols] = tokens x hidden message), the pooled error of the small channels where a
 // distribution has outlier channels, and the throughput in GB/s of bytes read + written of
 // encode and decode of bf16 messages, encode and decode of fp32 messages and the fp32
-// decode-accumulate (which reads its output too), each also as a percentage of a bf16 memcpy
-// of the same message timed in the same run.
+// decode-accumulate (which reads its output too), and of the two-shot all-reduce's middle step
+// (Codec::decode_sum_encode of two bf16 messages into an fp32 message: wire in, wire out), each
+// also as a percentage of a bf16 memcpy of the same message timed in the same run.
 #include <omp.h>  // omp_get_max_threads, omp_set_num_threads
 
 #include <algorithm>
@@ -187,6 +188,7 @@ struct Row {
   double rel_l2, mean_channel, small_channels;  // NaN: undefined (no signal / no channels)
   double encode_gbps, decode_gbps;              // bf16 in / bf16 out
   double encode_f32_gbps, decode_f32_gbps, accumulate_gbps;  // fp32
+  double sum_gbps;  // decode_sum_encode of two bf16 messages
 };
 
 template <class F>
@@ -246,6 +248,16 @@ Row measure(const Codec& codec, const Distribution& d, const Args& a) {
   row.encode_f32_gbps = moved_f32 / te32 / 1e9;
   row.decode_f32_gbps = moved_f32 / td32 / 1e9;
   row.accumulate_gbps = (moved_f32 + double(n * 4)) / ta32 / 1e9;
+
+  // The all-reduce's middle step at p = 2: two bf16 messages in, their sum out (fp32 message).
+  std::vector<uint8_t> two(2 * wire.size());
+  codec.encode(xb.data(), shape, two.data(), wire.size());
+  std::memcpy(two.data() + wire.size(), two.data(), wire.size());
+  const double ts = best_seconds(a.reps, [&] {
+    codec.decode_sum_encode(two.data(), wire.size(), 2, wire.size(), shape, xhat.data(), buf.data(),
+                            buf.size(), ctx);
+  });
+  row.sum_gbps = double(two.size() + buf.size()) / ts / 1e9;
   return row;
 }
 
@@ -282,7 +294,8 @@ void write_json(const std::string& path, const Args& a, double copy_gbps,
       << ",\"decode_gbps\":" << json_number(r.decode_gbps)
       << ",\"encode_f32_gbps\":" << json_number(r.encode_f32_gbps)
       << ",\"decode_f32_gbps\":" << json_number(r.decode_f32_gbps)
-      << ",\"decode_accumulate_gbps\":" << json_number(r.accumulate_gbps) << "}";
+      << ",\"decode_accumulate_gbps\":" << json_number(r.accumulate_gbps)
+      << ",\"decode_sum_encode_gbps\":" << json_number(r.sum_gbps) << "}";
   }
   f << "\n]}\n";
   if (!f) throw UserError("--json " + path + ": write failed");
@@ -322,7 +335,7 @@ int codec(const std::vector<std::string>& args) {
   std::printf(
       "bf16 memcpy: %.1f GB/s (read + write); GB/s below count values in + wire out (encode), "
       "wire in + values out (decode), and for the fp32 decode-accumulate its output read too; "
-      "(%%) of the memcpy\n",
+      "sum: decode-sum-encode of two bf16 messages, wire in + wire out; (%%) of the memcpy\n",
       copy_gbps);
   std::printf(
       "B/elem: wire bytes per element of a bf16 message, header and scales included; vs bf16: "
@@ -334,9 +347,9 @@ int codec(const std::vector<std::string>& args) {
       "  small ch = relative L2 pooled over the channels that are not boosted (data 'channels' "
       "only: 6 of every 768\n"
       "  channels are 50x larger; nan for the other data)\n\n");
-  std::printf("%-10s %-31s %7s %7s %9s %9s %9s  %-12s %-12s %-12s %-12s %-12s\n", "data", "codec",
-              "B/elem", "vs bf16", "rel L2", "mean ch", "small ch", "enc bf16", "dec bf16",
-              "enc f32", "dec f32", "acc f32");
+  std::printf("%-10s %-31s %7s %7s %9s %9s %9s  %-12s %-12s %-12s %-12s %-12s %-12s\n", "data",
+              "codec", "B/elem", "vs bf16", "rel L2", "mean ch", "small ch", "enc bf16", "dec bf16",
+              "enc f32", "dec f32", "acc f32", "sum");
   auto speed = [&](double gbps) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%6.2f (%3.0f%%)", gbps, 100.0 * gbps / copy_gbps);
@@ -351,12 +364,13 @@ int codec(const std::vector<std::string>& args) {
     for (const CodecOptions& o : codecs()) {
       if (!selected(a.kinds, o.kind)) continue;
       const Row r = measure(*make_codec(o), d, a);
-      std::printf("%-10s %-31s %7.4f %6.2fx %9s %9s %9s  %s %s %s %s %s\n", r.distribution.c_str(),
-                  r.codec.c_str(), r.bytes_per_element, r.ratio_vs_bf16,
+      std::printf("%-10s %-31s %7.4f %6.2fx %9s %9s %9s  %s %s %s %s %s %s\n",
+                  r.distribution.c_str(), r.codec.c_str(), r.bytes_per_element, r.ratio_vs_bf16,
                   fmt("%.3e", r.rel_l2).c_str(), fmt("%.3e", r.mean_channel).c_str(),
                   fmt("%.3e", r.small_channels).c_str(), speed(r.encode_gbps).c_str(),
                   speed(r.decode_gbps).c_str(), speed(r.encode_f32_gbps).c_str(),
-                  speed(r.decode_f32_gbps).c_str(), speed(r.accumulate_gbps).c_str());
+                  speed(r.decode_f32_gbps).c_str(), speed(r.accumulate_gbps).c_str(),
+                  speed(r.sum_gbps).c_str());
       std::fflush(stdout);
       rows.push_back(r);
     }
