@@ -106,13 +106,14 @@ class CompressedCollectives {
   // that recv_ holds the p encodings of this rank's chunk. Returns the slot size.
   size_t exchange_chunks(const Codec& codec, const void* x, DType dtype, const Chunks& chunks,
                          const WireContext& where, CompressedCall& call, bool measure);
-  // Shot two of all_reduce, all of all_gather: encodes this rank's chunk `mine_data` into its
-  // slot of send_, then gather_decoded. Returns the slot size.
+  // all_gather: encodes this rank's chunk `mine_data` into its slot of send_, then
+  // gather_decoded. Returns the slot size.
   size_t gather_chunks(const Codec& codec, const void* mine_data, DType in_dtype,
                        const Chunks& chunks, void* out, DType out_dtype, const WireContext& where,
                        CompressedCall& call, int64_t* nonfinite_values);
-  // all_gather of this rank's encoded chunk (in its slot of send_, `slot` bytes a slot), and
-  // every chunk (its own included) decoded into `out`.
+  // Shot two of all_reduce, the rest of all_gather: all_gather of this rank's encoded chunk (in
+  // its slot of send_, `slot` bytes a slot), and every chunk (its own included) decoded into
+  // `out`.
   void gather_decoded(const Codec& codec, const Chunks& chunks, size_t slot, DType in_dtype,
                       void* out, DType out_dtype, const WireContext& where, CompressedCall& call);
   // Encodes chunk c of `x` into slot c of `buf` (zero-padding the slot), adding to `call`;
