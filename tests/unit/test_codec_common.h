@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tests/support/test_util.h"
 
@@ -22,5 +25,19 @@ class FreshSeedTest : public ::testing::Test {
   uint64_t seed_ = 0;
   std::unique_ptr<::testing::ScopedTrace> trace_;
 };
+
+// The orthonormal Walsh-Hadamard transform of y (a power of two long), in double: the codecs'
+// WHT_G, exact enough to check theirs against.
+inline void orthonormal_wht(std::vector<double>& y) {
+  for (size_t h = 1; h < y.size(); h *= 2) {
+    for (size_t i = 0; i < y.size(); ++i) {
+      if (i & h) continue;
+      const double a = y[i], b = y[i + h];
+      y[i] = a + b;
+      y[i + h] = a - b;
+    }
+  }
+  for (double& v : y) v /= std::sqrt(double(y.size()));
+}
 
 }  // namespace taco::test

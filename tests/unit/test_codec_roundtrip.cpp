@@ -46,18 +46,6 @@ std::vector<CodecOptions> option_sets() {
 double half_ulp(Fp8Format f) { return f == Fp8Format::e4m3 ? 0x1p-4 : 0x1p-3; }
 double half_subnormal(Fp8Format f) { return f == Fp8Format::e4m3 ? 0x1p-10 : 0x1p-17; }
 
-void fwht(std::vector<double>& y) {
-  for (size_t h = 1; h < y.size(); h *= 2) {
-    for (size_t i = 0; i < y.size(); ++i) {
-      if (i & h) continue;
-      const double a = y[i], b = y[i + h];
-      y[i] = a + b;
-      y[i + h] = a - b;
-    }
-  }
-  for (double& v : y) v /= std::sqrt(double(y.size()));
-}
-
 // Element indices of each group, derived from the codec's documented grouping.
 std::vector<std::vector<int64_t>> groups_of(const CodecOptions& o, MessageShape s) {
   std::vector<std::vector<int64_t>> out;
@@ -110,7 +98,7 @@ void expect_within_fp8_bounds(const CodecOptions& o, const std::vector<float>& x
       const double d = double(xhat[size_t(idx[i])]) - v[i];
       err += d * d;
     }
-    if (o.kind == CodecKind::taco && int64_t(n) == o.group) fwht(v);
+    if (o.kind == CodecKind::taco && int64_t(n) == o.group) test::orthonormal_wht(v);
     double m = 0;
     for (double y : v) m = std::max(m, std::fabs(y));
     const double scale = m / fp8_max(o.format) * (o.scales == Fp8Scales::e8m0 ? 2.0 : 1.0);

@@ -77,19 +77,6 @@ std::vector<uint8_t> sum_of(const Codec& codec, const Messages& m, MessageShape 
   return out;
 }
 
-// Orthonormal Walsh-Hadamard transform in double.
-void wht(std::vector<double>& y) {
-  for (size_t h = 1; h < y.size(); h *= 2) {
-    for (size_t i = 0; i < y.size(); ++i) {
-      if (i & h) continue;
-      const double a = y[i], b = y[i + h];
-      y[i] = a + b;
-      y[i + h] = a - b;
-    }
-  }
-  for (double& v : y) v /= std::sqrt(double(y.size()));
-}
-
 double l2(const std::vector<float>& a, const std::vector<double>& exact) {
   double e = 0;
   for (size_t i = 0; i < a.size(); ++i) e += (double(a[i]) - exact[i]) * (double(a[i]) - exact[i]);
@@ -155,7 +142,7 @@ TEST_F(CodecSum, TacoSumsItsCoefficientsAndGetsTheValueDomainSum) {
                   std::vector<double> y(static_cast<size_t>(n), 0.0);
                   double norm = 0;
                   for (int64_t k = 0; k < n; ++k) y[size_t(k)] = z[at(k)];
-                  if (n == g) wht(y);
+                  if (n == g) test::orthonormal_wht(y);
                   double err = 0;
                   for (int64_t k = 0; k < n; ++k) {
                     const double v = acc[at(k)];
