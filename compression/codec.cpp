@@ -21,8 +21,8 @@ EncodeResult Codec::encode(const bf16* x, MessageShape shape, uint8_t* out, size
   return encode_any(x, DType::bf16, shape, out, capacity);
 }
 
-EncodeResult Codec::encode_any(const void* x, DType dtype, MessageShape shape, uint8_t* out,
-                               size_t capacity, bool sum) const {
+std::pair<WireHeader, WireLayout> Codec::begin_message(DType dtype, MessageShape shape,
+                                                       uint8_t* out, size_t capacity) const {
   const WireHeader header = make_wire_header(options_, shape, dtype);
   const WireLayout layout = wire_layout(options_, shape, dtype);
   TACO_CHECK(capacity >= layout.total_bytes, "encode buffer of " + std::to_string(capacity) +
@@ -34,8 +34,13 @@ EncodeResult Codec::encode_any(const void* x, DType dtype, MessageShape shape, u
               layout.scales_offset - layout.payload_offset - layout.payload_bytes);
   std::memset(out + layout.scales_offset + layout.scales_bytes, 0,
               layout.total_bytes - layout.scales_offset - layout.scales_bytes);
-  EncodeResult r = sum ? encode_sum(static_cast<const float*>(x), header, layout, out)
-                       : encode_body(x, dtype, header, layout, out);
+  return {header, layout};
+}
+
+EncodeResult Codec::encode_any(const void* x, DType dtype, MessageShape shape, uint8_t* out,
+                               size_t capacity) const {
+  const auto [header, layout] = begin_message(dtype, shape, out, capacity);
+  EncodeResult r = encode_body(x, dtype, header, layout, out);
   r.bytes = layout.total_bytes;
   return r;
 }
@@ -45,26 +50,29 @@ DecodeResult Codec::decode_sum_encode(const uint8_t* in, size_t slot, int count,
                                       const WireContext& context) const {
   TACO_CHECK(count >= 1 && (count == 1 || slot >= size),
              "decode_sum_encode: at least one message, in slots no shorter than it");
-  std::fill(sum, sum + shape.count(), 0.f);
-  DecodeResult r;
-  for (int i = 0; i < count; ++i) {
+  std::vector<SumTerm> terms;
+  terms.reserve(size_t(count));
+  for (int i = 0; i < count; ++i) {  // every term checked before anything is written
     const uint8_t* message = in + size_t(i) * slot;
     const WireHeader h = check(message, size, shape, context);
-    r.nonfinite_groups +=
-        decode_sum_term(message, h, wire_layout(h.options, h.shape, h.dtype), sum);
+    terms.push_back({message, h, wire_layout(h.options, h.shape, h.dtype)});
   }
-  encode_any(sum, DType::f32, shape, out, capacity, /*sum=*/true);
+  const auto [header, layout] = begin_message(DType::f32, shape, out, capacity);
+  DecodeResult r;
+  r.nonfinite_groups = sum_body(terms, sum, header, layout, out);
   return r;
 }
 
-int64_t Codec::decode_sum_term(const uint8_t* in, const WireHeader& header,
-                               const WireLayout& layout, float* sum) const {
-  return decode_body(in, header, layout, sum, DType::f32, /*accumulate=*/true);
-}
-
-EncodeResult Codec::encode_sum(const float* sum, const WireHeader& header, const WireLayout& layout,
-                               uint8_t* out) const {
-  return encode_body(sum, DType::f32, header, layout, out);
+int64_t Codec::sum_body(const std::vector<SumTerm>& terms, float* sum, const WireHeader& header,
+                        const WireLayout& layout, uint8_t* out) const {
+  std::fill(sum, sum + header.shape.count(), 0.f);
+  int64_t counted = 0;
+  for (const SumTerm& t : terms) {
+    counted += decode_body(t.message, t.header, t.layout, sum, DType::f32,
+                           /*accumulate=*/true);
+  }
+  encode_body(sum, DType::f32, header, layout, out);
+  return counted;
 }
 
 WireHeader Codec::check(const uint8_t* in, size_t size, MessageShape shape,

@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "compression/codec_options.h"
 #include "compression/wire_format.h"
@@ -139,18 +141,26 @@ class Codec {
   // Inf (kernels/codec_fp8.h).
   virtual int64_t decode_body(const uint8_t* in, const WireHeader& header, const WireLayout& layout,
                               void* out, DType out_dtype, bool accumulate) const = 0;
-  // decode_sum_encode's two halves, in the domain the codec sums in: a checked message added
-  // into `sum` (returns as decode_body), and the sum's payload and scales (as encode_body, fp32).
-  // The base: decode_body accumulating, and encode_body.
-  virtual int64_t decode_sum_term(const uint8_t* in, const WireHeader& header,
-                                  const WireLayout& layout, float* sum) const;
-  virtual EncodeResult encode_sum(const float* sum, const WireHeader& header,
-                                  const WireLayout& layout, uint8_t* out) const;
+  // decode_sum_encode's work once every term is checked and the sum's header and padding are
+  // written: each term (a checked message, its layout) added into `sum` in order (0 + m_0 +
+  // m_1 + ..., in the domain the codec sums in), and the sum's payload and scales written as
+  // encode_body writes an fp32 message. Returns the groups the terms decoded to NaN or Inf. The
+  // base: decode_body accumulating, term by term, then encode_body.
+  struct SumTerm {
+    const uint8_t* message;
+    WireHeader header;
+    WireLayout layout;
+  };
+  virtual int64_t sum_body(const std::vector<SumTerm>& terms, float* sum, const WireHeader& header,
+                           const WireLayout& layout, uint8_t* out) const;
 
  private:
-  // sum: through encode_sum (x is the fp32 sum) instead of encode_body.
+  // A message's header and zeroed padding written into `out` (capacity checked); its header and
+  // layout, for the body.
+  std::pair<WireHeader, WireLayout> begin_message(DType dtype, MessageShape shape, uint8_t* out,
+                                                  size_t capacity) const;
   EncodeResult encode_any(const void* x, DType dtype, MessageShape shape, uint8_t* out,
-                          size_t capacity, bool sum = false) const;
+                          size_t capacity) const;
   DecodeResult decode_any(const uint8_t* in, size_t size, MessageShape shape, void* out,
                           DType out_dtype, bool accumulate, const WireContext& context) const;
 

@@ -66,37 +66,7 @@ class Fp8Codec final : public Codec {
  protected:
   EncodeResult encode_body(const void* x, DType dtype, const WireHeader& header,
                            const WireLayout& layout, uint8_t* out) const override {
-    return encode_groups(x, dtype, header, layout, out, /*coefficients=*/false);
-  }
-
-  int64_t decode_body(const uint8_t* in, const WireHeader& header, const WireLayout& layout,
-                      void* out, DType out_dtype, bool accumulate) const override {
-    return decode_groups(in, header, layout, out, out_dtype, accumulate, /*coefficients=*/false);
-  }
-
-  // taco sums its transform's coefficients (kernels/codec_fp8.h); fp8_block and fp8_tensor have
-  // no transform, and the flag changes nothing for them.
-  int64_t decode_sum_term(const uint8_t* in, const WireHeader& header, const WireLayout& layout,
-                          float* sum) const override {
-    return decode_groups(in, header, layout, sum, DType::f32, /*accumulate=*/true,
-                         /*coefficients=*/true);
-  }
-
-  EncodeResult encode_sum(const float* sum, const WireHeader& header, const WireLayout& layout,
-                          uint8_t* out) const override {
-    return encode_groups(sum, DType::f32, header, layout, out, /*coefficients=*/true);
-  }
-
- private:
-  Fp8GroupSpec spec_of(MessageShape shape, bool coefficients) const {
-    Fp8GroupSpec spec = fp8_group_spec(options(), shape);
-    spec.coefficients = coefficients && spec.hadamard;
-    return spec;
-  }
-
-  EncodeResult encode_groups(const void* x, DType dtype, const WireHeader& header,
-                             const WireLayout& layout, uint8_t* out, bool coefficients) const {
-    const Fp8GroupSpec spec = spec_of(header.shape, coefficients);
+    const Fp8GroupSpec spec = spec_of(header.shape, /*coefficients=*/false);
     uint8_t* codes = out + layout.payload_offset;
     uint8_t* scales = out + layout.scales_offset;
     const Fp8EncodeCounts c =
@@ -109,15 +79,38 @@ class Fp8Codec final : public Codec {
     return r;
   }
 
-  int64_t decode_groups(const uint8_t* in, const WireHeader& header, const WireLayout& layout,
-                        void* out, DType out_dtype, bool accumulate, bool coefficients) const {
-    const Fp8GroupSpec spec = spec_of(header.shape, coefficients);
+  int64_t decode_body(const uint8_t* in, const WireHeader& header, const WireLayout& layout,
+                      void* out, DType out_dtype, bool accumulate) const override {
+    const Fp8GroupSpec spec = spec_of(header.shape, /*coefficients=*/false);
     const uint8_t* codes = in + layout.payload_offset;
     const uint8_t* scales = in + layout.scales_offset;
     if (out_dtype == DType::bf16) {
       return cpu::fp8_group_decode(codes, scales, spec, static_cast<bf16*>(out));
     }
     return cpu::fp8_group_decode(codes, scales, spec, static_cast<float*>(out), accumulate);
+  }
+
+  // taco sums its transform's coefficients (kernels/codec_fp8.h); fp8_block and fp8_tensor have
+  // no transform, and the flag changes nothing for them. One pass a chunk of groups at a time
+  // (kernels/cpu/codec_fp8_parallel.cpp).
+  int64_t sum_body(const std::vector<SumTerm>& terms, float* sum, const WireHeader& header,
+                   const WireLayout& layout, uint8_t* out) const override {
+    std::vector<const uint8_t*> codes, scales;
+    for (const SumTerm& t : terms) {
+      codes.push_back(t.message + t.layout.payload_offset);
+      scales.push_back(t.message + t.layout.scales_offset);
+    }
+    return cpu::fp8_group_decode_sum_encode(codes.data(), scales.data(), int(terms.size()),
+                                            spec_of(header.shape, /*coefficients=*/true), sum,
+                                            out + layout.payload_offset, out + layout.scales_offset)
+        .decoded_nonfinite_groups;
+  }
+
+ private:
+  Fp8GroupSpec spec_of(MessageShape shape, bool coefficients) const {
+    Fp8GroupSpec spec = fp8_group_spec(options(), shape);
+    spec.coefficients = coefficients && spec.hadamard;
+    return spec;
   }
 };
 

@@ -145,6 +145,30 @@ int64_t decode_impl(const uint8_t* codes, const uint8_t* scales, const Fp8GroupS
   return counted;
 }
 
+// Zeros the elements of groups [g0, g1) of `sum` (a group's padding past the message is not
+// stored): runs of groups in one row (hidden) or one block of G rows (tokens) as row segments.
+void zero_groups(float* sum, const Fp8GroupSpec& s, int64_t g0, int64_t g1) {
+  const int64_t G = s.group;
+  if (s.along_tokens) {
+    for (int64_t g = g0; g < g1;) {
+      const int64_t block = g / s.cols, c0 = g % s.cols;
+      const int64_t c1 = std::min(s.cols, c0 + (g1 - g));
+      for (int64_t r = block * G; r < std::min(s.rows, (block + 1) * G); ++r) {
+        std::fill(sum + r * s.cols + c0, sum + r * s.cols + c1, 0.f);
+      }
+      g += c1 - c0;
+    }
+    return;
+  }
+  const int64_t per_row = (s.cols + G - 1) / G;
+  for (int64_t g = g0; g < g1;) {
+    const int64_t row = g / per_row, first = g % per_row;
+    const int64_t last = std::min(per_row, first + (g1 - g));
+    std::fill(sum + row * s.cols + first * G, sum + row * s.cols + std::min(s.cols, last * G), 0.f);
+    g += last - first;
+  }
+}
+
 }  // namespace
 
 Fp8EncodeCounts fp8_group_encode(const float* x, const Fp8GroupSpec& spec, uint8_t* codes,
@@ -166,6 +190,43 @@ int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8G
 int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec,
                          bf16* out) {
   return decode_impl(codes, scales, spec, StoreBf16{out});
+}
+
+Fp8SumCounts fp8_group_decode_sum_encode(const uint8_t* const* codes, const uint8_t* const* scales,
+                                         int count, const Fp8GroupSpec& spec, float* sum,
+                                         uint8_t* out_codes, uint8_t* out_scales) {
+  check_spec(spec);
+  Fp8SumCounts total;
+  const int64_t n = spec.count();
+  if (n == 0) return total;
+  if (spec.group == 0) {  // one scale for the whole sum: every term first, then the encode
+    std::fill(sum, sum + n, 0.f);
+    for (int i = 0; i < count; ++i) {
+      total.decoded_nonfinite_groups += fp8_group_decode(codes[i], scales[i], spec, sum, true);
+    }
+    total.encoded = fp8_group_encode(sum, spec, out_codes, out_scales);
+    return total;
+  }
+  // Per chunk of groups, while its part of the sum is in cache: zeros, each term added in index
+  // order, the encode. Every element's sum is 0 + m_0 + m_1 + ... as in the calls above, and
+  // each group is encoded from its own elements alone, so the bytes are theirs.
+  int64_t decoded = 0, bad_values = 0, bad_groups = 0;
+#pragma omp parallel reduction(+ : decoded, bad_values, bad_groups) if (n >= kParallelMin)
+  {
+    Scratch w(spec);
+    for_chunks(spec.num_groups(), spec.group, [&](int64_t g0, int64_t g1) {
+      zero_groups(sum, spec, g0, g1);
+      for (int i = 0; i < count; ++i) {
+        decoded += decode_chunk(codes[i], scales[i], spec, g0, g1, AccumulateF32{sum}, &w);
+      }
+      const Fp8EncodeCounts c = encode_chunk(sum, spec, g0, g1, out_codes, out_scales, &w);
+      bad_values += c.nonfinite_values;
+      bad_groups += c.nonfinite_groups;
+    });
+  }
+  total.decoded_nonfinite_groups = decoded;
+  total.encoded = {bad_values, bad_groups};
+  return total;
 }
 
 }  // namespace taco::cpu
