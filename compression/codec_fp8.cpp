@@ -102,8 +102,8 @@ class Fp8Codec final : public Codec {
     }
     return cpu::fp8_group_decode_sum_encode(codes.data(), scales.data(), int(terms.size()),
                                             spec_of(header.shape, /*coefficients=*/true), sum,
-                                            out + layout.payload_offset, out + layout.scales_offset)
-        .decoded_nonfinite_groups;
+                                            out + layout.payload_offset,
+                                            out + layout.scales_offset);
   }
 
  private:

@@ -207,20 +207,16 @@ int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8G
 int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8GroupSpec& spec,
                          bf16* out);
 
-struct Fp8SumCounts {
-  int64_t decoded_nonfinite_groups = 0;  // as fp8_group_decode's return, over every term
-  Fp8EncodeCounts encoded;               // the sum's encode
-};
-
 // The two-shot all-reduce's middle step: the `count` messages' codes[i] + scales[i] (all of
 // `spec`) decoded and added in index order into `sum` (spec.count() floats, overwritten:
 // 0 + m_0 + m_1 + ...), and the sum encoded into out_codes + out_scales. The bytes and sums of
 // zeroing `sum`, fp8_group_decode(..., accumulate = true) of each message in turn and
 // fp8_group_encode of the sum, but grouped codecs do it a chunk of groups at a time, each chunk
-// while its part of the sum is still in cache.
-Fp8SumCounts fp8_group_decode_sum_encode(const uint8_t* const* codes, const uint8_t* const* scales,
-                                         int count, const Fp8GroupSpec& spec, float* sum,
-                                         uint8_t* out_codes, uint8_t* out_scales);
+// while its part of the sum is still in cache. Returns the groups the terms decoded to NaN or Inf
+// (fp8_group_decode's count, over every term).
+int64_t fp8_group_decode_sum_encode(const uint8_t* const* codes, const uint8_t* const* scales,
+                                    int count, const Fp8GroupSpec& spec, float* sum,
+                                    uint8_t* out_codes, uint8_t* out_scales);
 
 // The loops above run the best of three builds the CPU supports: 0 baseline x86-64 (SSE2),
 // 1 AVX2, 2 AVX-512; all give the same bits. Caps the level at `level` (tests check each) and

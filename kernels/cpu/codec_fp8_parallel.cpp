@@ -192,26 +192,24 @@ int64_t fp8_group_decode(const uint8_t* codes, const uint8_t* scales, const Fp8G
   return decode_impl(codes, scales, spec, StoreBf16{out});
 }
 
-Fp8SumCounts fp8_group_decode_sum_encode(const uint8_t* const* codes, const uint8_t* const* scales,
-                                         int count, const Fp8GroupSpec& spec, float* sum,
-                                         uint8_t* out_codes, uint8_t* out_scales) {
+int64_t fp8_group_decode_sum_encode(const uint8_t* const* codes, const uint8_t* const* scales,
+                                    int count, const Fp8GroupSpec& spec, float* sum,
+                                    uint8_t* out_codes, uint8_t* out_scales) {
   check_spec(spec);
-  Fp8SumCounts total;
   const int64_t n = spec.count();
-  if (n == 0) return total;
+  if (n == 0) return 0;
+  int64_t decoded = 0;
   if (spec.group == 0) {  // one scale for the whole sum: every term first, then the encode
     std::fill(sum, sum + n, 0.f);
-    for (int i = 0; i < count; ++i) {
-      total.decoded_nonfinite_groups += fp8_group_decode(codes[i], scales[i], spec, sum, true);
-    }
-    total.encoded = fp8_group_encode(sum, spec, out_codes, out_scales);
-    return total;
+    for (int i = 0; i < count; ++i)
+      decoded += fp8_group_decode(codes[i], scales[i], spec, sum, true);
+    fp8_group_encode(sum, spec, out_codes, out_scales);
+    return decoded;
   }
   // Per chunk of groups, while its part of the sum is in cache: zeros, each term added in index
   // order, the encode. Every element's sum is 0 + m_0 + m_1 + ... as in the calls above, and
   // each group is encoded from its own elements alone, so the bytes are theirs.
-  int64_t decoded = 0, bad_values = 0, bad_groups = 0;
-#pragma omp parallel reduction(+ : decoded, bad_values, bad_groups) if (n >= kParallelMin)
+#pragma omp parallel reduction(+ : decoded) if (n >= kParallelMin)
   {
     Scratch w(spec);
     for_chunks(spec.num_groups(), spec.group, [&](int64_t g0, int64_t g1) {
@@ -219,14 +217,10 @@ Fp8SumCounts fp8_group_decode_sum_encode(const uint8_t* const* codes, const uint
       for (int i = 0; i < count; ++i) {
         decoded += decode_chunk(codes[i], scales[i], spec, g0, g1, AccumulateF32{sum}, &w);
       }
-      const Fp8EncodeCounts c = encode_chunk(sum, spec, g0, g1, out_codes, out_scales, &w);
-      bad_values += c.nonfinite_values;
-      bad_groups += c.nonfinite_groups;
+      encode_chunk(sum, spec, g0, g1, out_codes, out_scales, &w);
     });
   }
-  total.decoded_nonfinite_groups = decoded;
-  total.encoded = {bad_values, bad_groups};
-  return total;
+  return decoded;
 }
 
 }  // namespace taco::cpu

@@ -221,7 +221,7 @@ TEST_F(CodecSum, TacoSumBytesDoNotDependOnTheVectorWidth) {
 // decode_sum_encode runs a chunk of groups at a time (zeros, each term, the encode, while the
 // chunk is in cache; several chunks on several threads): its bytes, sum and counts must be those
 // of the kernels' whole-message calls one after the other. Messages of several chunks, with
-// tails along both axes, negative zeros (a code of 0x80) and a poisoned group, at every ISA level.
+// tails along both axes, negative zeros (a code of 0x80) and a NaN code, at every ISA level.
 TEST_F(CodecSum, TheChunkedSumIsTheWholeMessageCallsInTurn) {
   const MessageShape s{1030, 1000};  // ~1M elements: eight chunks or more, and threads
   std::vector<CodecOptions> cases;
@@ -233,7 +233,7 @@ TEST_F(CodecSum, TheChunkedSumIsTheWholeMessageCallsInTurn) {
   }
   for (const CodecOptions& o : cases) {
     const auto codec = make_codec(o);
-    const WireLayout in_layout = wire_layout(o, s, DType::f32);
+    const WireLayout layout = wire_layout(o, s, DType::f32);  // of the terms and of the sum
     Fp8GroupSpec spec = fp8_group_spec(o, s);
     spec.coefficients = spec.hadamard;
     for (int p : {1, 3}) {
@@ -242,22 +242,21 @@ TEST_F(CodecSum, TheChunkedSumIsTheWholeMessageCallsInTurn) {
       // Negative zeros in every term at the same elements (their sum stays -0 only if the sum
       // starts from the first term instead of from 0), and a NaN code in the last term.
       for (int i = 0; i < p; ++i) {
-        uint8_t* codes = m.slots.data() + size_t(i) * m.size + in_layout.payload_offset;
+        uint8_t* codes = m.slots.data() + size_t(i) * m.size + layout.payload_offset;
         for (size_t k = 11; k < size_t(s.count()); k += 4099) codes[k] = 0x80;
       }
-      m.slots[size_t(p - 1) * m.size + in_layout.payload_offset + 5000] = 0x7F;
+      m.slots[size_t(p - 1) * m.size + layout.payload_offset + 5000] = 0x7F;
 
       std::vector<float> want(size_t(s.count()), 0.f);
       std::vector<uint8_t> want_bytes(codec->max_encoded_size(s, DType::f32), 0);
       int64_t want_bad = 0;
       for (int i = 0; i < p; ++i) {
         const uint8_t* msg = m.slots.data() + size_t(i) * m.size;
-        want_bad += cpu::fp8_group_decode(msg + in_layout.payload_offset,
-                                          msg + in_layout.scales_offset, spec, want.data(), true);
+        want_bad += cpu::fp8_group_decode(msg + layout.payload_offset, msg + layout.scales_offset,
+                                          spec, want.data(), true);
       }
-      const WireLayout out_layout = wire_layout(o, s, DType::f32);
-      cpu::fp8_group_encode(want.data(), spec, want_bytes.data() + out_layout.payload_offset,
-                            want_bytes.data() + out_layout.scales_offset);
+      cpu::fp8_group_encode(want.data(), spec, want_bytes.data() + layout.payload_offset,
+                            want_bytes.data() + layout.scales_offset);
 
       for (int isa : {0, 1, 2}) {
         cpu::fp8_codecs_limit_isa(isa);
@@ -268,9 +267,9 @@ TEST_F(CodecSum, TheChunkedSumIsTheWholeMessageCallsInTurn) {
         SCOPED_TRACE("isa " + std::to_string(isa));
         EXPECT_EQ(bad, want_bad);
         EXPECT_EQ(std::memcmp(z.data(), want.data(), want.size() * 4), 0) << "the fp32 sum";
-        EXPECT_EQ(std::memcmp(out.data() + out_layout.payload_offset,
-                              want_bytes.data() + out_layout.payload_offset,
-                              out.size() - out_layout.payload_offset),
+        EXPECT_EQ(std::memcmp(out.data() + layout.payload_offset,
+                              want_bytes.data() + layout.payload_offset,
+                              out.size() - layout.payload_offset),
                   0)
             << "codes and scales";
         if (HasFailure()) return;
