@@ -62,10 +62,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16_t* smem
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16_t* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(smem))
-               : "memory");
+  detail::load_matrix_x4_trans(r, smem_addr(smem));
 }
 
 // d += a * b for one 16x8x16 tile.

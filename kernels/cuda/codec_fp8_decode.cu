@@ -327,7 +327,8 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
                                          GroupParams p, uint32_t* status,
                                          int64_t* nonfinite_groups) {
   if (!block_accepts_header(in, size, expect, status)) return;  // the whole block returns
-  using TS = TokenStage<G>;
+  constexpr bool kPairs = !kAccumulate && token_pairs<G, TOut>();
+  using TS = TokenStage<G, kPairs>;
   using S = typename TS::S;
   constexpr int R = S::R, L = S::L, K = S::K, W = TS::W, kRows = TS::kRows;
   constexpr int kStages = TS::kCodeStages, kCopy = TS::kCodeCopy, kCopiesPerRow = W / kCopy;
@@ -340,6 +341,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   uint8_t* const codes = reinterpret_cast<uint8_t*>(stage_shared);  // kStages x kCodeBytes
   uint8_t* const values = codes + kStages * TS::kCodeBytes;         // kRows x W x E
   const uint32_t codes_addr = detail::smem_addr(codes);
+  const uint32_t values_addr = detail::smem_addr(values);
   const uint8_t* codes_in = in + kWireHeaderBytes;
   const uint8_t* scales = in + p.scales_offset;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, li = lane % L;
@@ -400,13 +402,30 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
                             : DecodeScale{1.f, 1.f, false};
       float v[1][R];
       decode_loaded_tile<S, false, false, false, kFixed, kBf16>(ct, t, li, p, v, poisoned_groups);
+      if constexpr (kPairs) {
+        // The encode's ldmatrix in reverse: matrix i of store k is stage rows
+        // block * G + 32 k + 8 i .. + 7 of the warp's chunk of 8 columns.
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        uint8_t* dst = values + TS::template value_at<E>(first + S::offset(r), col, vs);
-        if constexpr (kBf16) {
-          *reinterpret_cast<uint16_t*>(dst) = to_bf16_bits(v[0][r]);
-        } else {
-          *reinterpret_cast<float*>(dst) = v[0][r];
+        for (int k = 0; k < R / 8; ++k) {
+          const int row = block * G + 32 * k + lane;
+          uint32_t m[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            m[i] = uint32_t(to_bf16_bits(v[0][8 * k + 2 * i])) |
+                   uint32_t(to_bf16_bits(v[0][8 * k + 2 * i + 1])) << 16;
+          }
+          detail::store_matrix_x4_trans(
+              values_addr + TS::template value_at<E>(row, col & ~7, TS::value_swizzle(row)), m);
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          uint8_t* dst = values + TS::template value_at<E>(first + S::offset(r), col, vs);
+          if constexpr (kBf16) {
+            *reinterpret_cast<uint16_t*>(dst) = to_bf16_bits(v[0][r]);
+          } else {
+            *reinterpret_cast<float*>(dst) = v[0][r];
+          }
         }
       }
     }
@@ -439,7 +458,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
 
 template <class TOut, bool kAccumulate, int G, FixedOptions kFixed>
 void launch_decode_token_stages(const DecodeArgs& a, const GroupParams& p, TOut* out) {
-  using TS = TokenStage<G>;
+  using TS = TokenStage<G>;  // the paired stage has the same sizes
   constexpr auto kernel = fp8_group_decode_token_stages_kernel<TOut, kAccumulate, G, kFixed>;
   constexpr int shared = TS::kCodeStages * TS::kCodeBytes + TS::kRows * TS::W * int(sizeof(TOut));
   allow_stage_shared_memory<kernel>(shared);

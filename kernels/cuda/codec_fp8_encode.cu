@@ -238,7 +238,8 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     fp8_group_encode_token_stages_kernel(const T* __restrict__ x, uint8_t* __restrict__ out,
                                          GroupParams p, HeaderParams hp,
                                          int64_t* nonfinite_groups) {
-  using TS = TokenStage<G>;
+  constexpr bool kPairs = token_pairs<G, T>();
+  using TS = TokenStage<G, kPairs>;
   using S = typename TS::S;
   constexpr int R = S::R, L = S::L, K = S::K, W = TS::W, kRows = TS::kRows;
   constexpr int E = int(sizeof(T)), kValueBytes = kRows * W * E;
@@ -296,33 +297,84 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
       t.full = t.n == G;
       t.first_group = row0 / G * p.cols + st.col0 + col;
       float v[1][R];
+      if constexpr (kPairs) {
+        // Matrix i of load k: stage rows block * G + 32 k + 8 i .. + 7 of the warp's chunk of 8
+        // columns (col / 8 is the warp's), row addresses from lanes 8 i .. 8 i + 7.
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* value = in + TS::template value_at<E>(first + S::offset(r), col, vs);
-        if constexpr (E == 2) {
-          v[0][r] = bf16_bits_to_float(*reinterpret_cast<const uint16_t*>(value));
-        } else {
-          v[0][r] = *reinterpret_cast<const float*>(value);
+        for (int k = 0; k < R / 8; ++k) {
+          const int row = block * G + 32 * k + lane;
+          uint32_t m[4];
+          detail::load_matrix_x4_trans(
+              m, values_addr + slot * kValueBytes +
+                     TS::template value_at<E>(row, col & ~7, TS::value_swizzle(row)));
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {  // registers 8k + 2i, + 1: rows 32k + 8i + 2li, + 1
+            v[0][8 * k + 2 * i] = __uint_as_float(m[i] << 16);
+            v[0][8 * k + 2 * i + 1] = __uint_as_float(m[i] & 0xFFFF0000u);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint8_t* value = in + TS::template value_at<E>(first + S::offset(r), col, vs);
+          if constexpr (E == 2) {
+            v[0][r] = bf16_bits_to_float(*reinterpret_cast<const uint16_t*>(value));
+          } else {
+            v[0][r] = *reinterpret_cast<const float*>(value);
+          }
         }
       }
       uint32_t packed[R / 4];
       encode_tile_codes<S, false, false, kFixed>(v, t, li, p, scales, poisoned_groups, packed);
+      if constexpr (kPairs) {
+        // Registers 2j, 2j + 1 (rows first + 8j, + 1) as one 2-byte store into pair row
+        // first / 2 + 4j.
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        codes[TS::code_at(first + S::offset(r), col, cs)] = uint8_t(byte_of(packed, r));
+        for (int j = 0; j < R / 2; ++j) {
+          const uint32_t pair = (packed[j / 2] >> (16 * (j % 2))) & 0xFFFFu;
+          *reinterpret_cast<uint16_t*>(codes + TS::pair_code_at(first / 2 + 4 * j, col)) =
+              uint16_t(pair);
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          codes[TS::code_at(first + S::offset(r), col, cs)] = uint8_t(byte_of(packed, r));
+        }
       }
     }
     __syncthreads();  // the stage's codes are in the staging buffer
 
-    // Whole rows out: row i / 16, word i % 16 (a warp two 64-byte rows).
-    // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+    if constexpr (kPairs) {
+      // Whole pair rows out: pair row i / 8, chunk i % 8 (8 columns of two rows, interleaved),
+      // split into 8 bytes of each row (a warp four pair rows: two 64-byte runs of each).
+#pragma unroll 2
+      for (int k = 0; k < kRows / 2 * 8 / kThreads; ++k) {
+        const int i = k * kThreads + threadIdx.x, pr = i / 8, q = i % 8;
+        const uint4 c =
+            *reinterpret_cast<const uint4*>(codes + pr * (2 * W) + ((q ^ (pr % 4)) << 4));
+        const int64_t row = st.row0 + 2 * pr;
+        uint8_t* dst = codes_out + row * p.cols + st.col0 + q * 8;
+        if (row < p.rows) {
+          *reinterpret_cast<uint2*>(dst) =
+              make_uint2(__byte_perm(c.x, c.y, 0x6420), __byte_perm(c.z, c.w, 0x6420));
+        }
+        if (row + 1 < p.rows) {
+          *reinterpret_cast<uint2*>(dst + p.cols) =
+              make_uint2(__byte_perm(c.x, c.y, 0x7531), __byte_perm(c.z, c.w, 0x7531));
+        }
+      }
+    } else {
+      // Whole rows out: row i / 16, word i % 16 (a warp two 64-byte rows).
+      // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
 #pragma unroll 4
-    for (int k = 0; k < kRows * 16 / kThreads; ++k) {
-      const int i = k * kThreads + threadIdx.x, row = i / 16, w = i % 16;
-      if (st.row0 + row < p.rows) {
-        const uint32_t word = *reinterpret_cast<const uint32_t*>(
-            codes + row * W + ((w ^ TS::code_swizzle(row)) << 2));
-        *reinterpret_cast<uint32_t*>(codes_out + (st.row0 + row) * p.cols + st.col0 + w * 4) = word;
+      for (int k = 0; k < kRows * 16 / kThreads; ++k) {
+        const int i = k * kThreads + threadIdx.x, row = i / 16, w = i % 16;
+        if (st.row0 + row < p.rows) {
+          const uint32_t word = *reinterpret_cast<const uint32_t*>(
+              codes + row * W + ((w ^ TS::code_swizzle(row)) << 2));
+          *reinterpret_cast<uint32_t*>(codes_out + (st.row0 + row) * p.cols + st.col0 + w * 4) =
+              word;
+        }
       }
     }
     slot = slot == kStages - 1 ? 0 : slot + 1;

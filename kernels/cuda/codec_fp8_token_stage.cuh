@@ -31,14 +31,44 @@
 // any XOR within a row keeps conflict-free.
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/cuda/codec_fp8_tile.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace taco::cuda::codec {
 
+// The paired lanes (bf16, G <= 128): ldmatrix .trans (detail::load_matrix_x4_trans) hands lane t,
+// of each 8 x 8 matrix of a stage (8 rows of 8 columns), rows 2 (t % 4) and 2 (t % 4) + 1 of
+// column t / 4, and stmatrix .trans takes them back. A group (G rows of one column) is then held by
+// L = 4 lanes in runs of K = 2 rows, R = G / 4 registers a lane: register r holds group element
+// (r / 2) * 8 + 2 li + r % 2, TileShape's rule, so the along-hidden arithmetic runs unchanged.
+// Four matrices a lane per instruction: 8 values for one shared-memory access, against one per
+// access in the other layout.
 template <int G>
+struct PairShape {
+  static constexpr int R = G / 4, L = 4, K = 2, C = 1;
+  static constexpr int kTilesPerWarp = 32 / L;  // 8 adjacent columns: one 16-byte chunk of bf16
+  static constexpr int kRun = K;
+  static_assert(G >= 32 && G <= 128 && R % 8 == 0, "whole ldmatrix .x4 (32 rows) per group");
+  static __device__ __forceinline__ int offset(int r) { return (r / K) * L * K + r % K; }
+};
+
+// The paired lanes serve bf16 values and groups of at most 128 rows where the build turns them
+// on (TACO_CODEC_TUNING="TACO_CODEC_TOKEN_PAIRS=1"; kernels/CMakeLists.txt also compiles them in
+// every CUDA build, linked into nothing). They give the reference's bytes on an H100, but their
+// speed is not settled (tools/bench/RESULTS.md, 2026-12-07): off by default.
+#ifndef TACO_CODEC_TOKEN_PAIRS
+#define TACO_CODEC_TOKEN_PAIRS 0
+#endif
+template <int G, class T>
+constexpr bool token_pairs() {
+  return TACO_CODEC_TOKEN_PAIRS != 0 && sizeof(T) == 2 && G <= 128;
+}
+
+template <int G, bool kPairs = false>
 struct TokenStage {
-  using S = TileShape<2, G, false>;  // the along-hidden lanes of bf16 (K = 8)
+  using S = std::conditional_t<kPairs, PairShape<G>, TileShape<2, G, false>>;
   static constexpr int R = S::R, L = S::L, K = S::K;
   static constexpr int W = 64;                     // columns of a stage
   static constexpr int kRows = G < 128 ? 128 : G;  // rows of a stage: whole groups
@@ -50,18 +80,23 @@ struct TokenStage {
   static constexpr int kCodeStages = kCodeBytes <= 8192 ? 4 : 2;
   static constexpr int L8 = L < 8 ? L : 8;
   // The bytes of one cp.async of codes: a whole number of words that the code swizzle keeps
-  // together (code_swizzle is a multiple of 16 / L words).
-  static constexpr int kCodeCopy = 4 * (16 / L < 4 ? 16 / L : 4);
-  static_assert(K == 8 && R % K == 0, "runs of 8 rows");
+  // together (code_swizzle is a multiple of 16 / L words; paired: of 4 words).
+  static constexpr int kCodeCopy = kPairs ? 16 : 4 * (16 / L < 4 ? 16 / L : 4);
+  static_assert(kPairs ? K == 2 : K == 8 && R % K == 0, "runs of 8 rows, or pairs");
   static_assert(L >= 2 && L <= 16, "the swizzles are built for 2 to 16 lanes per group");
   static_assert(kGroups % kGroupsPerPass == 0, "every warp takes the same number of groups");
   static_assert(kRows * 8 % kThreads == 0, "whole copy rounds");
   static_assert(kRows * (W / kCodeCopy) % kThreads == 0, "whole copy rounds");
 
+  // Paired: the 8 rows of a matrix (row % 8) each in their own chunk, so that an ldmatrix or
+  // stmatrix of 8 rows of one chunk is conflict-free; the code rows of one lane's registers
+  // ((row / 2) % 4 = li) each in their own 16-byte chunk of the 64-byte row.
   static __device__ __forceinline__ int value_swizzle(int row) {
-    return ((row / K) % L8) * (8 / L8);
+    return kPairs ? row % 8 : ((row / K) % L8) * (8 / L8);
   }
-  static __device__ __forceinline__ int code_swizzle(int row) { return ((row / K) % L) * (16 / L); }
+  static __device__ __forceinline__ int code_swizzle(int row) {
+    return kPairs ? ((row / 2) % 4) * 4 : ((row / K) % L) * (16 / L);
+  }
   // Byte offsets within a stage of column col (< W) of row `row`, given row's swizzle; values of
   // E bytes (2: bf16, 4: fp32; an fp32 row is sixteen chunks, the swizzle moves them the same
   // way, and 32 / L columns are 128 / L bytes: the same argument, one size up).
@@ -72,6 +107,13 @@ struct TokenStage {
   }
   static __device__ __forceinline__ int code_at(int row, int col, int swizzle) {
     return row * W + (((col >> 2) ^ swizzle) << 2) + (col & 3);
+  }
+  // The encode's paired code stage: pair row pr holds rows 2 pr and 2 pr + 1, two bytes a column
+  // (128 bytes, 8 chunks of 8 columns); chunk q of pair row pr at q ^ (pr % 4). A lane's pairs sit
+  // in pair rows with pr % 4 = li, so a warp's 2-byte stores (8 columns x 4 lanes) are
+  // conflict-free, and the write-out reads whole pair rows.
+  static __device__ __forceinline__ int pair_code_at(int pr, int col) {
+    return pr * (2 * W) + (((col >> 3) ^ (pr % 4)) << 4) + (col & 7) * 2;
   }
 };
 

@@ -46,6 +46,40 @@ __device__ __forceinline__ uint4 load_shared_16(uint32_t smem) {
   return v;
 }
 
+// Four 8 x 8 matrices of 16-bit values, transposed (ldmatrix .x4 .trans, sm_75 and later): lanes
+// 8i to 8i + 7 give the shared addresses of matrix i's eight 16-byte rows, and lane t receives in
+// r[i] the elements of rows 2 (t % 4) and 2 (t % 4) + 1 (low half first) of matrix i's column
+// t / 4.
+__device__ __forceinline__ void load_matrix_x4_trans(uint32_t (&r)[4], uint32_t smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem)
+               : "memory");
+}
+
+// Its inverse (stmatrix .x4 .trans on sm_90 and later): the same addresses and register layout,
+// r[i] written to matrix i. Before sm_90, the same stores one element at a time (each lane asks
+// the lane holding the row's address for it). The whole warp calls it.
+__device__ __forceinline__ void store_matrix_x4_trans(uint32_t smem, const uint32_t (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+      : "memory");
+#else
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t row = __shfl_sync(0xFFFFFFFFu, smem, 8 * i + 2 * (lane % 4) + j);
+      const unsigned short half = static_cast<unsigned short>(r[i] >> (16 * j));
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(row + 2 * (lane / 4)), "h"(half) : "memory");
+    }
+  }
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

@@ -254,14 +254,15 @@ TEST(CudaCodecs, EncodeDecodeAndAccumulateMatchTheCpuReferenceBitForBit) {
 
 // The staged along-tokens kernels on a message of more stages than a wave of blocks (8229 rows x
 // 1024 columns: G = 128 gives 65 x 16 stages, several per block, so that each block's ring of
-// stages wraps around), ending with a tail group, for G = 32, 128 and 512 (their three stage
-// shapes: 4 row blocks a stage, 1 with 3 ring stages, 1 with 2).
+// stages wraps around), ending with a tail group, for G = 32, 64, 128 and 512 (their stage
+// shapes: 4 row blocks a stage, 2, 1 with 3 ring stages, 1 with 2; bf16 at G <= 128 takes the
+// paired lanes, 4 passes of a stage at G = 32, 2 at 64, 1 at 128).
 TEST(CudaCodecs, StagedTokenKernelsOnALargeMessageMatchTheCpuReference) {
   TACO_SKIP_WITHOUT_GPU();
   uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("first seed " + std::to_string(seed));
   const MessageShape shape{8229, 1024};
-  for (int g : {32, 128, 512}) {
+  for (int g : {32, 64, 128, 512}) {
     for (const CodecOptions& o :
          {CodecOptions{CodecKind::taco, Fp8Format::e4m3, g, Fp8Scales::dual, GroupAxis::token},
           CodecOptions{CodecKind::fp8_block, Fp8Format::e4m3, g, Fp8Scales::single,
