@@ -142,7 +142,7 @@ Plans plan_pieces(const Codec& codec, MessageShape full, int shards, int parts, 
 // and their error against the input summed there (kernels/roundtrip_error.h): in registers by
 // one kernel where the codec has one (Codec::decode_error_sums_async, the grouped FP8 codecs),
 // else decoded into `decoded` and summed by a second. Only the three sums reach the host, at the
-// end of the call.
+// end of the call, with the pipeline's counters (DevicePipeline::error_sums).
 struct SelfCheck {
   double* sums = nullptr;  // device [3]: error^2, signal^2, non-finite inputs
   uint8_t* decoded = nullptr;
@@ -150,16 +150,12 @@ struct SelfCheck {
   explicit operator bool() const { return sums != nullptr; }
 };
 
-SelfCheck start_self_check(DevicePipeline& d, bool measure, int64_t elements, DType decoded_dtype,
-                           cudaStream_t s) {
+SelfCheck start_self_check(DevicePipeline& d, bool measure, int64_t elements, DType decoded_dtype) {
   SelfCheck c;
   if (!measure) return c;
-  constexpr size_t kSumsBytes = 256;  // keeps `decoded` 256-byte aligned
-  uint8_t* base = d.measure.get(kSumsBytes + size_t(elements) * dtype_size(decoded_dtype));
-  c.sums = reinterpret_cast<double*>(base);
-  c.decoded = base + kSumsBytes;
+  c.sums = d.error_sums();  // zeroed by DevicePipeline::begin on the call's stream
+  c.decoded = d.measure.get(size_t(elements) * dtype_size(decoded_dtype));
   c.decoded_dtype = decoded_dtype;
-  TACO_CHECK_CUDA(cudaMemsetAsync(c.sums, 0, 3 * sizeof(double), s));
   return c;
 }
 
@@ -188,15 +184,14 @@ void check_chunks(DevicePipeline& d, const SelfCheck& c, const Codec& codec, con
                 wire + k * plan.slot, where, s);
 }
 
-// After DevicePipeline::finish: the sums into `call`.
-void finish_self_check(const SelfCheck& c, CompressedCall& call) {
+// The sums DevicePipeline::finish downloaded into `call`.
+void finish_self_check(const SelfCheck& c, const DevicePipeline::Counters& counted,
+                       CompressedCall& call) {
   if (!c) return;
-  double sums[3];
-  TACO_CHECK_CUDA(cudaMemcpy(sums, c.sums, sizeof sums, cudaMemcpyDeviceToHost));
   call.measured = true;
-  call.error_sq = sums[0];
-  call.signal_sq = sums[1];
-  call.nonfinite_values = int64_t(sums[2]);
+  call.error_sq = counted.error_sums[0];
+  call.signal_sq = counted.error_sums[1];
+  call.nonfinite_values = int64_t(counted.error_sums[2]);
 }
 
 // Status words a self-check of `plans` needs: one per chunk decoded again.
@@ -251,7 +246,7 @@ CompressedCall DeviceCompressedCollectives::all_reduce(const Codec& codec, void*
   // Status words: one decode-sum-encode and p decodes per piece, and the self-check's.
   DevicePipeline& d =
       begin(stream, size_t(pieces) * size_t(p + 1) + check_words(measure, plans), measure);
-  const SelfCheck check = start_self_check(d, measure, shape.count(), DType::f32, d.stream());
+  const SelfCheck check = start_self_check(d, measure, shape.count(), DType::f32);
   uint8_t* send = d.send.get(plans.wire);
   uint8_t* recv = d.recv.get(plans.wire);
   uint8_t* gather = d.gather.get(plans.wire2);
@@ -294,7 +289,7 @@ CompressedCall DeviceCompressedCollectives::all_reduce(const Codec& codec, void*
   call.codec_timed = measure;
   call.nonfinite_groups = counted.decoded_nan_groups;  // counted on the result only
   for (const PiecePlan& pl : plans.pieces) call.wire_bytes += size_t(p - 1) * (pl.slot + pl.slot2);
-  finish_self_check(check, call);
+  finish_self_check(check, counted, call);
   return call;
 }
 
@@ -312,7 +307,7 @@ CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec& codec, c
   const int pieces = int(plans.pieces.size());
   DevicePipeline& d =
       begin(stream, size_t(pieces) * size_t(p) + check_words(measure, plans), measure);
-  const SelfCheck check = start_self_check(d, measure, full.count(), DType::f32, d.stream());
+  const SelfCheck check = start_self_check(d, measure, full.count(), DType::f32);
   uint8_t* send = d.send.get(plans.wire);
   uint8_t* recv = d.recv.get(plans.wire);
   float* staging =
@@ -349,7 +344,7 @@ CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec& codec, c
   call.codec_timed = measure;
   call.nonfinite_groups = counted.decoded_nan_groups;
   for (const PiecePlan& pl : plans.pieces) call.wire_bytes += size_t(p - 1) * pl.slot;
-  finish_self_check(check, call);
+  finish_self_check(check, counted, call);
   return call;
 }
 
@@ -367,7 +362,7 @@ CompressedCall DeviceCompressedCollectives::all_gather(const Codec& codec, const
   DevicePipeline& d = begin(stream, size_t(pieces) * size_t(p + (measure ? 1 : 0)), measure);
   const int64_t shard = full.count() / p;
   // The own block is measured as every rank decodes it: in the message's dtype.
-  const SelfCheck check = start_self_check(d, measure, shard, dtype, d.stream());
+  const SelfCheck check = start_self_check(d, measure, shard, dtype);
   uint8_t* gather = d.gather.get(plans.wire);
   auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
 
@@ -404,7 +399,7 @@ CompressedCall DeviceCompressedCollectives::all_gather(const Codec& codec, const
   call.codec_timed = measure;
   call.nonfinite_groups = counted.decoded_nan_groups;
   for (const PiecePlan& pl : plans.pieces) call.wire_bytes += size_t(p - 1) * pl.slot;
-  finish_self_check(check, call);
+  finish_self_check(check, counted, call);
   return call;
 }
 
@@ -417,7 +412,7 @@ CompressedCall DeviceCompressedCollectives::send(const Codec& codec, const void*
   CompressedCollectives::check_dtype(dtype);
   const Plans plans = plan_pieces(codec, shape, 1, 1, 0, pieces_, comm_.enqueues(), dtype, false);
   DevicePipeline& d = begin(stream, check_words(measure, plans), measure);
-  const SelfCheck check = start_self_check(d, measure, shape.count(), DType::f32, d.stream());
+  const SelfCheck check = start_self_check(d, measure, shape.count(), DType::f32);
   uint8_t* buf = d.send.get(plans.wire);
   auto plan = [&](int j) -> const PiecePlan& { return plans.pieces[size_t(j)]; };
   const Stage encode{false, [&](int j, cudaStream_t s) {
@@ -441,7 +436,7 @@ CompressedCall DeviceCompressedCollectives::send(const Codec& codec, const void*
   call.codec_timed = measure;
   call.nonfinite_groups = counted.encoded_nan_groups;  // the groups it sent as NaN
   call.wire_bytes = plans.wire;
-  finish_self_check(check, call);
+  finish_self_check(check, counted, call);
   return call;
 }
 
@@ -479,7 +474,7 @@ CompressedCall DeviceCompressedCollectives::send_recv(const Side& out, int dst, 
   // likewise.
   const size_t n_out = outs.pieces.size(), n_in = ins.pieces.size();
   DevicePipeline& d = begin(stream, n_in + check_words(measure, outs), measure);
-  const SelfCheck check = start_self_check(d, measure, out.shape.count(), DType::f32, d.stream());
+  const SelfCheck check = start_self_check(d, measure, out.shape.count(), DType::f32);
   uint8_t* send_buf = d.send.get(outs.wire);
   uint8_t* recv_buf = d.recv.get(ins.wire);
   const Stage encode{false, [&](int j, cudaStream_t s) {
@@ -518,7 +513,7 @@ CompressedCall DeviceCompressedCollectives::send_recv(const Side& out, int dst, 
   call.codec_timed = measure;
   call.nonfinite_groups = counted.decoded_nan_groups;
   call.wire_bytes = outs.wire;
-  finish_self_check(check, call);
+  finish_self_check(check, counted, call);
   return call;
 }
 

@@ -65,9 +65,10 @@ class DevicePipeline {
     WireContext where;
   };
   struct Counters {
-    int64_t encoded_nan_groups = 0;  // groups the encodes marked NaN (encoded_nan())
-    int64_t decoded_nan_groups = 0;  // groups the decodes gave as NaN (decoded_nan())
-    double codec_seconds = 0;        // device time of the timed stages (timing on only)
+    int64_t encoded_nan_groups = 0;    // groups the encodes marked NaN (encoded_nan())
+    int64_t decoded_nan_groups = 0;    // groups the decodes gave as NaN (decoded_nan())
+    double codec_seconds = 0;          // device time of the timed stages (timing on only)
+    double error_sums[3] = {0, 0, 0};  // error_sums() as the call left them
   };
 
   explicit DevicePipeline(Communicator& comm);
@@ -81,13 +82,17 @@ class DevicePipeline {
   // Device counters for the codecs' nonfinite_groups arguments.
   int64_t* encoded_nan() { return counters_; }
   int64_t* decoded_nan() { return counters_ + 1; }
+  // A measured call's self-check sums (kernels/roundtrip_error.h: error^2, signal^2, non-finite
+  // inputs), zeroed by begin and read by finish in the counters' one download, so a measured call
+  // costs no second round trip to the device.
+  double* error_sums() { return reinterpret_cast<double*>(counters_ + 2); }
   // The status word for the next decode, which checks the messages `op` names.
   uint32_t* status_for(const DecodeOp& op);
   void run(int pieces, const std::vector<Stage>& stages);
   Counters finish();
 
   // Wire buffers and scratch of the collectives, kept between calls; `measure` holds a measured
-  // call's error sums and its own encodings decoded again.
+  // call's own encodings decoded again (where its codec has no fused check).
   DeviceBuffer send, recv, gather, scratch, measure;
 
  private:
@@ -102,7 +107,7 @@ class DevicePipeline {
   bool timing_ = false;
   std::vector<cudaEvent_t> timing_events_;  // with timing, in (start, end) pairs
   size_t timed_pairs_ = 0;
-  DeviceBuffer words_;  // the counters, then the status words
+  DeviceBuffer words_;  // the counters, the error sums, then the status words
   int64_t* counters_ = nullptr;
   uint32_t* status_ = nullptr;
   size_t status_capacity_ = 0;

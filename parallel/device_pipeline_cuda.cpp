@@ -9,6 +9,10 @@
 #include "parallel/nccl_communicator.h"  // wait_for_communicator
 
 namespace taco {
+namespace {
+// words_: two int64 counters and three double error sums, then the uint32 status words.
+constexpr size_t kCounterBytes = 2 * sizeof(int64_t) + 3 * sizeof(double);
+}  // namespace
 
 DeviceBuffer::~DeviceBuffer() {
   if (ptr_) cudaFree(ptr_);
@@ -53,10 +57,10 @@ void DevicePipeline::begin(cudaStream_t stream, size_t status_words, bool timing
   timed_pairs_ = 0;
   decodes_.clear();
   status_capacity_ = status_words;
-  const size_t bytes = 2 * sizeof(int64_t) + status_words * sizeof(uint32_t);
+  const size_t bytes = kCounterBytes + status_words * sizeof(uint32_t);
   uint8_t* w = words_.get(bytes);
   counters_ = reinterpret_cast<int64_t*>(w);
-  status_ = reinterpret_cast<uint32_t*>(w + 2 * sizeof(int64_t));
+  status_ = reinterpret_cast<uint32_t*>(w + kCounterBytes);
   TACO_CHECK_CUDA(cudaMemsetAsync(w, 0, bytes, stream_));
 }
 
@@ -113,11 +117,12 @@ void DevicePipeline::run(int pieces, const std::vector<Stage>& stages) {
 DevicePipeline::Counters DevicePipeline::finish() {
   wait_for_communicator(comm_, comm_stream_);
   TACO_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  const std::vector<uint8_t> w = download_from_device(
-      counters_, 2 * sizeof(int64_t) + decodes_.size() * sizeof(uint32_t), stream_);
+  const std::vector<uint8_t> w =
+      download_from_device(counters_, kCounterBytes + decodes_.size() * sizeof(uint32_t), stream_);
   Counters c;
   std::memcpy(&c.encoded_nan_groups, w.data(), sizeof(int64_t));
   std::memcpy(&c.decoded_nan_groups, w.data() + sizeof(int64_t), sizeof(int64_t));
+  std::memcpy(c.error_sums, w.data() + 2 * sizeof(int64_t), sizeof c.error_sums);
   for (size_t i = 0; i < timed_pairs_; ++i) {
     float ms = 0;
     TACO_CHECK_CUDA(cudaEventElapsedTime(&ms, timing_events_[2 * i], timing_events_[2 * i + 1]));
@@ -126,7 +131,7 @@ DevicePipeline::Counters DevicePipeline::finish() {
   timed_pairs_ = 0;
   for (size_t i = 0; i < decodes_.size(); ++i) {
     uint32_t s;
-    std::memcpy(&s, w.data() + 2 * sizeof(int64_t) + sizeof(uint32_t) * i, sizeof s);
+    std::memcpy(&s, w.data() + kCounterBytes + sizeof(uint32_t) * i, sizeof s);
     if (s != 0) throw_rejected(decodes_[i], s);
   }
   return c;
