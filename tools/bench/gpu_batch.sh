@@ -31,6 +31,8 @@
 #   sass       SASS of taco's G=128 bf16 encode kernel and its opcode counts     ~5 s
 #   profile    Nsight Compute source counters (executed instructions and stall
 #              samples per SASS line) of taco's 128 MB encode and bf16 decode    ~25 s
+#   launchtimes  Nsight Compute's time of each token-axis encode/decode launch (LAUNCH_KERNELS),
+#              this build and CODECAB_BASE, beside the bench's back-to-back timing   ~60 s
 #   slowtests  the gpu_/mpi_ tests of the host-staged (slow-link) path           ~40 s
 #   slowlink   tools/bench/train_bench.py: GPT-2 124M, tp=2 and 4 ranks on the one GPU through
 #              host memory, none / taco / fp8_block / taco group auto, 40 steps each  ~400 s
@@ -234,6 +236,28 @@ PY
       ncu --import /tmp/prof.ncu-rep --page details > "$OUT/$f.txt"
       echo "== $k"
       grep -E "Duration|Throughput|Executed Ipc|Registers Per|Achieved Occupancy|Theoretical Occ|Stall|Issue Slots Busy" "$OUT/$f.txt" | head -30
+    done
+    ;;
+  launchtimes)
+    # Nsight Compute's duration of each of the first 12 launches matching LAUNCH_KERNELS (a
+    # mangled-name regex; default: taco's G = 128 bf16 token-axis encode and decode) under
+    # taco-bench codec at 128 MB, caches not flushed, for this build and for CODECAB_BASE where
+    # set: each kernel's own time, beside the bench's back-to-back timing (RESULTS.md,
+    # 2026-12-07: the two disagreed on the paired token lanes).
+    for side in new base; do
+      bin=$B/taco-bench
+      if [ $side = base ]; then
+        [ -x "${CODECAB_BASE:-}" ] || continue
+        bin="env LD_LIBRARY_PATH=${CODECAB_LIBS:-} $CODECAB_BASE"
+      fi
+      timeout 120 ncu --cache-control none --clock-control none --kernel-name-base mangled \
+        --kernel-name "regex:${LAUNCH_KERNELS:-(en|de)code_token_stages_kernelIt(Lb0E)?Li128}" \
+        --launch-count 12 --metrics gpu__time_duration.sum \
+        $bin codec --codecs taco --reps 2 --min-bytes 128M --max-bytes 128M > "$OUT/launchtimes-$side.log" 2>&1
+      echo "$side (rc $?): us per launch"
+      awk '/_kernel/ { k = ($0 ~ /decode/) ? "decode" : "encode" }
+           /gpu__time_duration/ { printf "%s %s\n", k, $NF }' "$OUT/launchtimes-$side.log" | paste -sd' '
+      grep "dual token" "$OUT/launchtimes-$side.log"
     done
     ;;
   slowtests)
