@@ -407,15 +407,13 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
         // block * G + 32 k + 8 i .. + 7 of the warp's chunk of 8 columns.
 #pragma unroll
         for (int k = 0; k < R / 8; ++k) {
-          const int row = block * G + 32 * k + lane;
           uint32_t m[4];
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             m[i] = uint32_t(to_bf16_bits(v[0][8 * k + 2 * i])) |
                    uint32_t(to_bf16_bits(v[0][8 * k + 2 * i + 1])) << 16;
           }
-          detail::store_matrix_x4_trans(
-              values_addr + TS::template value_at<E>(row, col & ~7, TS::value_swizzle(row)), m);
+          detail::store_matrix_x4_trans(values_addr + TS::matrix_row_at(block, k, lane, col), m);
         }
       } else {
 #pragma unroll

@@ -108,6 +108,13 @@ struct TokenStage {
   static __device__ __forceinline__ int code_at(int row, int col, int swizzle) {
     return row * W + (((col >> 2) ^ swizzle) << 2) + (col & 3);
   }
+  // Paired: the byte offset of the bf16 stage row that `lane` addresses for matrix load or store
+  // k of row block `block` (matrix lane / 8 of the four: rows block * G + 32 k + 8 (lane / 8) ..
+  // + 7), in the warp's chunk of 8 columns (col / 8).
+  static __device__ __forceinline__ int matrix_row_at(int block, int k, int lane, int col) {
+    const int row = block * G + 32 * k + lane;
+    return value_at<2>(row, col & ~7, value_swizzle(row));
+  }
   // The encode's paired code stage: pair row pr holds rows 2 pr and 2 pr + 1, two bytes a column
   // (128 bytes, 8 chunks of 8 columns); chunk q of pair row pr at q ^ (pr % 4). A lane's pairs sit
   // in pair rows with pr % 4 = li, so a warp's 2-byte stores (8 columns x 4 lanes) are
