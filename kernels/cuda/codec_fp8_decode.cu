@@ -316,10 +316,12 @@ struct DecodeArgs {
 };
 
 // Along tokens, staged through shared memory (codec_fp8_token_stage.cuh), the mirror of the
-// encode's: each stage's codes come in through a ring of kCodeStages stages (cp.async of kCodeCopy
-// bytes), its groups are decoded in the along-hidden lanes (decode_loaded_tile) into a staging
-// buffer of output values (bf16 or fp32), and those go out as whole rows of 16-byte accesses (added
-// to the fp32 output where kAccumulate). Barriers as in fp8_group_encode_token_stages_kernel.
+// encode's: each stage's codes and scale entries come in through a ring of kCodeStages stages
+// (cp.async: codes kCodeCopy bytes at a time, scale entries 16), its groups are decoded in the
+// along-hidden lanes (decode_loaded_tile) into a staging buffer of output values (bf16 or fp32),
+// and those go out as whole rows of 16-byte accesses (added to the fp32 output where
+// kAccumulate). Barriers as in fp8_group_encode_token_stages_kernel. A stage whose rows all
+// exist (every one but a message's last row of stages) takes whole groups (kWhole: no tail tests).
 template <class TOut, bool kAccumulate, int G, FixedOptions kFixed>
 __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     fp8_group_decode_token_stages_kernel(const uint8_t* __restrict__ in, uint64_t size,
@@ -332,28 +334,35 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   using S = typename TS::S;
   constexpr int R = S::R, L = S::L, K = S::K, W = TS::W, kRows = TS::kRows;
   constexpr int kStages = TS::kCodeStages, kCopy = TS::kCodeCopy, kCopiesPerRow = W / kCopy;
+  constexpr int kSlotBytes = TS::kCodeBytes + TS::kScaleBytes;  // codes, then scale entries
+  constexpr int kScaleChunks = TS::kScaleBytes / 16, kRunChunks = TS::kScaleRunBytes / 16;
   constexpr int E = int(sizeof(TOut)), kChunksPerRow = W * E / 16, kPerChunk = 16 / E;
   constexpr bool kBf16 = E == 2;
   static_assert(!kAccumulate || !kBf16, "decode-accumulate is fp32");
+  static_assert(kScaleChunks <= kThreads, "one scale copy per thread at most");
   const Fp8Scales mode = codec_options<kFixed>(p).scales;
+  const bool dual = mode == Fp8Scales::dual, e8m0 = mode == Fp8Scales::e8m0;
 
   extern __shared__ uint4 stage_shared[];
-  uint8_t* const codes = reinterpret_cast<uint8_t*>(stage_shared);  // kStages x kCodeBytes
-  uint8_t* const values = codes + kStages * TS::kCodeBytes;         // kRows x W x E
-  const uint32_t codes_addr = detail::smem_addr(codes);
+  uint8_t* const ring = reinterpret_cast<uint8_t*>(stage_shared);  // kStages x kSlotBytes
+  uint8_t* const values = ring + kStages * kSlotBytes;             // kRows x W x E
+  const uint32_t ring_addr = detail::smem_addr(ring);
   const uint32_t values_addr = detail::smem_addr(values);
   const uint8_t* codes_in = in + kWireHeaderBytes;
-  const uint8_t* scales = in + p.scales_offset;
+  const uint8_t* scales = in + p.scales_offset;  // 16-byte aligned (wire_format.cpp)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, li = lane % L;
   int64_t poisoned_groups = 0;
 
-  // Stage `stage` into ring slot `slot`: row i / kCopiesPerRow, copy i % kCopiesPerRow (its
+  // Stage `stage` into ring slot `slot`: codes row i / kCopiesPerRow, copy i % kCopiesPerRow (its
   // first word u * kCopy / 4, which the swizzle moves as a whole) for i = threadIdx.x,
-  // + kThreads, ...; rows past the end (and stages past the last) zeros.
+  // + kThreads, ...; rows past the end (and stages past the last) zeros. Then thread j <
+  // kScaleChunks copies 16 bytes of the scale entries: row block j / (2 kRunChunks), first entries
+  // or a (j / kRunChunks % 2), chunk j % kRunChunks (e8m0: bytes, so 4 chunks of the 16; entries
+  // of row blocks past the end, and a of the other modes, are not read).
   auto fetch = [&](int64_t stage, int slot) {
     const bool any = stage < p.tiles;
     const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
-    const uint32_t dst = codes_addr + slot * TS::kCodeBytes;
+    const uint32_t dst = ring_addr + slot * kSlotBytes;
     // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
 #pragma unroll 4
     for (int k = 0; k < kRows * kCopiesPerRow / kThreads; ++k) {
@@ -364,21 +373,25 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
       const int word = (u * kCopy / 4) ^ TS::code_swizzle(row);
       cp_async<kCopy>(dst + row * W + word * 4, src, valid);
     }
+    if (threadIdx.x < kScaleChunks) {
+      const int j = threadIdx.x, block = j / (2 * kRunChunks), second = j / kRunChunks % 2;
+      const int chunk = j % kRunChunks;
+      const int64_t row0 = st.row0 + block * G;
+      const int64_t g0 = row0 / G * p.cols + st.col0;  // the row block's first group
+      const bool valid = any && row0 < p.rows && (second ? dual : !e8m0 || chunk < W / 16);
+      const uint8_t* src = !valid ? scales
+                           : e8m0 ? scales + g0 + 16 * chunk
+                                  : scales + 4 * (second ? p.num_groups + g0 : g0) + 16 * chunk;
+      cp_async<16>(dst + TS::kCodeBytes + 16 * j, src, valid);
+    }
     cp_async_commit();
   };
 
-  const int64_t step = gridDim.x;
-  int64_t stage = blockIdx.x;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) fetch(stage + s * step, s);
-  int slot = 0;
-  for (; stage < p.tiles; stage += step) {
-    cp_async_wait<kStages - 2>();  // this thread's copies of this stage are done
-    __syncthreads();               // and every thread's
-    // into the slot read in the previous iteration
-    fetch(stage + (kStages - 1) * step, slot == 0 ? kStages - 1 : slot - 1);
-    const StageRef st = stage_at<W>(stage, kRows, p);
-    const uint8_t* src = codes + slot * TS::kCodeBytes;
+  // The passes over the stage in slot `slot`; whole: every row of the stage exists.
+  auto decode_stage = [&](const StageRef& st, int slot, auto whole) {
+    constexpr bool kWhole = decltype(whole)::value;
+    const uint8_t* src = ring + slot * kSlotBytes;
+    const uint8_t* stage_scales = src + TS::kCodeBytes;
 #pragma unroll 1
     for (int pass = 0; pass < TS::kPasses; ++pass) {
       const int gi = pass * TS::kGroupsPerPass + warp * S::kTilesPerWarp + lane / L;
@@ -387,8 +400,8 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
       const int vs = TS::value_swizzle(first), cs = TS::code_swizzle(first);
       const int64_t row0 = st.row0 + block * G;  // the group's first row in the message
       TileRef t{0, 1, 0, 0, 1, li * K, false};
-      t.n = row0 < p.rows ? int(min(int64_t(G), p.rows - row0)) : 0;
-      t.full = t.n == G;
+      t.n = kWhole ? G : row0 < p.rows ? int(min(int64_t(G), p.rows - row0)) : 0;
+      t.full = kWhole || t.n == G;
       t.first_group = row0 / G * p.cols + st.col0 + col;
       CodedTile<S> ct;
 #pragma unroll
@@ -398,10 +411,14 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
         ct.packed[r / 4] |= uint32_t(src[TS::code_at(first + S::offset(r), col, cs)])
                             << (8 * (r % 4));
       }
-      ct.scale[0] = t.n > 0 ? read_scale(scales, t.first_group, p.num_groups, mode)
-                            : DecodeScale{1.f, 1.f, false};
+      const uint8_t* entries = stage_scales + block * 2 * TS::kScaleRunBytes;
+      const ScaleWords words{
+          e8m0 ? uint32_t(entries[col]) : *reinterpret_cast<const uint32_t*>(entries + 4 * col),
+          dual ? *reinterpret_cast<const uint32_t*>(entries + TS::kScaleRunBytes + 4 * col)
+               : kOneBits};
+      ct.scale[0] = t.n > 0 ? decode_scale(words, mode) : DecodeScale{1.f, 1.f, false};
       float v[1][R];
-      decode_loaded_tile<S, false, false, false, kFixed, kBf16>(ct, t, li, p, v, poisoned_groups);
+      decode_loaded_tile<S, false, kWhole, false, kFixed, kBf16>(ct, t, li, p, v, poisoned_groups);
       if constexpr (kPairs) {
         // The encode's ldmatrix in reverse: matrix i of store k is stage rows
         // block * G + 32 k + 8 i .. + 7 of the warp's chunk of 8 columns.
@@ -426,6 +443,24 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
           }
         }
       }
+    }
+  };
+
+  const int64_t step = gridDim.x;
+  int64_t stage = blockIdx.x;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) fetch(stage + s * step, s);
+  int slot = 0;
+  for (; stage < p.tiles; stage += step) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of this stage are done
+    __syncthreads();               // and every thread's
+    // into the slot read in the previous iteration
+    fetch(stage + (kStages - 1) * step, slot == 0 ? kStages - 1 : slot - 1);
+    const StageRef st = stage_at<W>(stage, kRows, p);
+    if (st.row0 + kRows <= p.rows) {
+      decode_stage(st, slot, std::true_type{});
+    } else {
+      decode_stage(st, slot, std::false_type{});
     }
     __syncthreads();  // the stage's values are in the staging buffer
 
@@ -458,7 +493,8 @@ template <class TOut, bool kAccumulate, int G, FixedOptions kFixed>
 void launch_decode_token_stages(const DecodeArgs& a, const GroupParams& p, TOut* out) {
   using TS = TokenStage<G>;  // the paired stage has the same sizes
   constexpr auto kernel = fp8_group_decode_token_stages_kernel<TOut, kAccumulate, G, kFixed>;
-  constexpr int shared = TS::kCodeStages * TS::kCodeBytes + TS::kRows * TS::W * int(sizeof(TOut));
+  constexpr int shared =
+      TS::kCodeStages * (TS::kCodeBytes + TS::kScaleBytes) + TS::kRows * TS::W * int(sizeof(TOut));
   allow_stage_shared_memory<kernel>(shared);
   const unsigned blocks = wave_grid<kernel>(p.tiles, 1, shared);
   kernel<<<blocks, kThreads, shared, a.stream>>>(a.in, a.size, a.expect, out, p, a.status,

@@ -30,7 +30,10 @@ constexpr int kTokenStagesMaxShared = 200 * 1024;
 // buffer. Per stage: wait for its copies and a barrier (its values visible to every thread, and
 // every thread done with the slot the next copy overwrites, and with the staging buffer's last
 // write-out); the copy of the stage kStages - 1 ahead; the arithmetic, codes into the staging
-// buffer; a barrier; the codes out as whole rows.
+// buffer; a barrier; the codes out as whole rows. A stage whose rows all exist (all but a
+// message's last row of stages) takes whole groups (kWhole: no tail tests in the arithmetic).
+// Its write-out stays at 4 bytes an access: 8 (level or 4% faster alone) with whole stages ran 17%
+// slower back to back on an H100 (tools/bench/RESULTS.md, 2026-12-07, fifteenth session).
 template <class T, int G, FixedOptions kFixed>
 __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     fp8_group_encode_token_stages_kernel(const T* __restrict__ x, uint8_t* __restrict__ out,
@@ -71,18 +74,12 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     cp_async_commit();
   };
 
-  const int64_t step = gridDim.x;
-  int64_t stage = blockIdx.x;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) fetch(stage + s * step, s);
-  int slot = 0;
-  for (; stage < p.tiles; stage += step) {
-    cp_async_wait<kStages - 2>();  // this thread's copies of this stage are done
-    __syncthreads();               // and every thread's
-    // into the slot read in the previous iteration
-    fetch(stage + (kStages - 1) * step, slot == 0 ? kStages - 1 : slot - 1);
-    const StageRef st = stage_at<W>(stage, kRows, p);
-    const uint8_t* in = values + slot * kValueBytes;
+  // The passes over the stage in slot `slot`, codes into the staging buffer; whole: every row
+  // of the stage exists (kWhole: no tail tests).
+  auto encode_stage = [&](const StageRef& st, int slot, auto whole) {
+    constexpr bool kWhole = decltype(whole)::value;
+    [[maybe_unused]] const uint8_t* in = values + slot * kValueBytes;
+    [[maybe_unused]] const uint32_t in_addr = values_addr + slot * kValueBytes;  // kPairs
 #pragma unroll 1
     for (int pass = 0; pass < TS::kPasses; ++pass) {
       const int gi = pass * TS::kGroupsPerPass + warp * S::kTilesPerWarp + lane / L;
@@ -91,8 +88,8 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
       const int vs = TS::value_swizzle(first), cs = TS::code_swizzle(first);
       const int64_t row0 = st.row0 + block * G;  // the group's first row in the message
       TileRef t{0, 1, 0, 0, 1, li * K, false};
-      t.n = row0 < p.rows ? int(min(int64_t(G), p.rows - row0)) : 0;
-      t.full = t.n == G;
+      t.n = kWhole ? G : row0 < p.rows ? int(min(int64_t(G), p.rows - row0)) : 0;
+      t.full = kWhole || t.n == G;
       t.first_group = row0 / G * p.cols + st.col0 + col;
       float v[1][R];
       if constexpr (kPairs) {
@@ -101,8 +98,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
 #pragma unroll
         for (int k = 0; k < R / 8; ++k) {
           uint32_t m[4];
-          detail::load_matrix_x4_trans(
-              m, values_addr + slot * kValueBytes + TS::matrix_row_at(block, k, lane, col));
+          detail::load_matrix_x4_trans(m, in_addr + TS::matrix_row_at(block, k, lane, col));
 #pragma unroll
           for (int i = 0; i < 4; ++i) {  // registers 8k + 2i, + 1: rows 32k + 8i + 2li, + 1
             v[0][8 * k + 2 * i] = __uint_as_float(m[i] << 16);
@@ -121,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
         }
       }
       uint32_t packed[R / 4];
-      encode_tile_codes<S, false, false, kFixed>(v, t, li, p, scales, poisoned_groups, packed);
+      encode_tile_codes<S, false, kWhole, kFixed>(v, t, li, p, scales, poisoned_groups, packed);
       if constexpr (kPairs) {
         // Registers 2j, 2j + 1 (rows first + 8j, + 1) as one 2-byte store into pair row
         // first / 2 + 4j.
@@ -137,6 +133,24 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
           codes[TS::code_at(first + S::offset(r), col, cs)] = uint8_t(byte_of(packed, r));
         }
       }
+    }
+  };
+
+  const int64_t step = gridDim.x;
+  int64_t stage = blockIdx.x;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) fetch(stage + s * step, s);
+  int slot = 0;
+  for (; stage < p.tiles; stage += step) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of this stage are done
+    __syncthreads();               // and every thread's
+    // into the slot read in the previous iteration
+    fetch(stage + (kStages - 1) * step, slot == 0 ? kStages - 1 : slot - 1);
+    const StageRef st = stage_at<W>(stage, kRows, p);
+    if (st.row0 + kRows <= p.rows) {
+      encode_stage(st, slot, std::true_type{});
+    } else {
+      encode_stage(st, slot, std::false_type{});
     }
     __syncthreads();  // the stage's codes are in the staging buffer
 

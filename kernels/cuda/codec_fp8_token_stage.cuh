@@ -78,6 +78,11 @@ struct TokenStage {
   static constexpr int kCodeBytes = kRows * W;  // a stage of codes (values: kRows * W * E)
   // Stages of the decode's input ring: 4 of 8 KB (G <= 128), else 2.
   static constexpr int kCodeStages = kCodeBytes <= 8192 ? 4 : 2;
+  // The decode's scale entries of a stage, beside its codes in the ring: for each of its
+  // kRows / G row blocks, the W groups' first entries (q, s or the e8m0 byte) in 256 bytes, then
+  // their a (dual) in 256 more. Copied with the codes, so that no pass waits on a global load.
+  static constexpr int kScaleRunBytes = 4 * W;
+  static constexpr int kScaleBytes = kRows / G * 2 * kScaleRunBytes;
   static constexpr int L8 = L < 8 ? L : 8;
   // The bytes of one cp.async of codes: a whole number of words that the code swizzle keeps
   // together (code_swizzle is a multiple of 16 / L words; paired: of 4 words).
