@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "engine/runtime/cuda_check.h"
 #include "kernels/adamw.h"  // cuda::convert_f32_to_bf16
@@ -194,6 +195,13 @@ void finish_self_check(const SelfCheck& c, const DevicePipeline::Counters& count
   call.nonfinite_values = int64_t(counted.error_sums[2]);
 }
 
+// The self-check stage of a call, beside the pipeline: `check_piece` where the call measures,
+// else a stage without work, which DevicePipeline::run leaves out.
+Stage self_check_stage(const SelfCheck& check, std::function<void(int, cudaStream_t)> check_piece) {
+  if (!check) check_piece = nullptr;
+  return {false, std::move(check_piece), /*timed=*/false, /*beside=*/true};
+}
+
 // Status words a self-check of `plans` needs: one per chunk decoded again.
 size_t check_words(bool measure, const Plans& plans) {
   size_t n = 0;
@@ -205,8 +213,9 @@ size_t check_words(bool measure, const Plans& plans) {
 // The first two stages of all_reduce and reduce_scatter: the chunks of each piece of `x`
 // encoded into their slots of `send` (caller's stream), then all_to_all into `recv`. The stages
 // keep pointers to the arguments, which must outlive the pipeline's run.
-// With a self-check, each piece's encodings are checked in the stage after the encode (the
-// input is intact until the piece's own last stage); that stage is not timed as codec work.
+// With a self-check, each piece's encodings are checked in a stage beside the pipeline, after the
+// encode: the exchange does not wait for it, and the stage that overwrites the input (or may,
+// where it aliases the output) does (after_beside). That stage is not timed as codec work.
 std::vector<Stage> encode_and_all_to_all(const Codec& codec, const void* x, DType dtype,
                                          const Plans& plans, uint8_t* send, uint8_t* recv,
                                          DevicePipeline& d, Communicator& comm,
@@ -221,12 +230,11 @@ std::vector<Stage> encode_and_all_to_all(const Codec& codec, const void* x, DTyp
              const PiecePlan& pl = ps->pieces[size_t(j)];
              encode_chunks(*c, x, dtype, pl, send + pl.at, s, pipeline->encoded_nan());
            }},
-          {false,
-           [=](int j, cudaStream_t s) {
-             const PiecePlan& pl = ps->pieces[size_t(j)];
-             check_chunks(*pipeline, check, *c, x, dtype, pl, send + pl.at, *at, s);
-           },
-           /*timed=*/false},
+          self_check_stage(check,
+                           [=](int j, cudaStream_t s) {
+                             const PiecePlan& pl = ps->pieces[size_t(j)];
+                             check_chunks(*pipeline, check, *c, x, dtype, pl, send + pl.at, *at, s);
+                           }),
           {true, [=](int j, cudaStream_t s) {
              const PiecePlan& pl = ps->pieces[size_t(j)];
              group->all_to_all(send + pl.at, recv + pl.at, pl.slot, DType::u8, s);
@@ -277,10 +285,12 @@ CompressedCall DeviceCompressedCollectives::all_reduce(const Codec& codec, void*
                                             gather + pl.at2, pl.slot2, DType::u8, s);
                          }};
   // The owner too takes its chunk from the decoded bytes, so every rank holds the same values.
-  const Stage decode{false, [&](int j, cudaStream_t s) {
+  const Stage decode{false,
+                     [&](int j, cudaStream_t s) {
                        decode_chunks(d, codec, plan(j), gather + plan(j).at2, plan(j).slot2,
                                      DType::f32, x, dtype, where, s);
-                     }};
+                     },
+                     /*timed=*/true, /*beside=*/false, /*after_beside=*/true};
   d.run(pieces, {shot_one[0], shot_one[1], shot_one[2], reduce, all_gather, decode});
   const DevicePipeline::Counters counted = d.finish();
 
@@ -321,7 +331,8 @@ CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec& codec, c
   // The p decoded copies of this rank's block summed in fp32 in rank order, straight into an
   // fp32 output; a bf16 output is rounded once from the fp32 sum.
   const Stage reduce{
-      false, [&](int j, cudaStream_t s) {
+      false,
+      [&](int j, cudaStream_t s) {
         const PiecePlan& pl = plan(j);
         const MessageShape mine = pl.chunks.shape[size_t(me)];
         const size_t n = size_t(mine.count()), in_bytes = codec.max_encoded_size(mine, dtype);
@@ -335,7 +346,8 @@ CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec& codec, c
                              d.decoded_nan());
         }
         if (staging && n > 0) cuda::convert_f32_to_bf16(reinterpret_cast<bf16*>(dst), acc, n, s);
-      }};
+      },
+      /*timed=*/true, /*beside=*/false, /*after_beside=*/true};
   d.run(pieces, {shot_one[0], shot_one[1], shot_one[2], reduce});
   const DevicePipeline::Counters counted = d.finish();
 
@@ -374,23 +386,22 @@ CompressedCall DeviceCompressedCollectives::all_gather(const Codec& codec, const
                        encode_into_slot(codec, element(in, pl.piece.begin * unit, dtype), dtype,
                                         mine, own, pl.slot, s, d.encoded_nan());
                      }};
-  const Stage self_check{false,
-                         [&](int j, cudaStream_t s) {
-                           const PiecePlan& pl = plan(j);
-                           check_chunk(d, check, codec, in, dtype, pl.piece.begin * unit,
-                                       pl.chunks.shape[size_t(me)],
-                                       gather + pl.at + size_t(me) * pl.slot, where, s);
-                         },
-                         /*timed=*/false};
+  const Stage self_check = self_check_stage(check, [&](int j, cudaStream_t s) {
+    const PiecePlan& pl = plan(j);
+    check_chunk(d, check, codec, in, dtype, pl.piece.begin * unit, pl.chunks.shape[size_t(me)],
+                gather + pl.at + size_t(me) * pl.slot, where, s);
+  });
   const Stage exchange{true, [&](int j, cudaStream_t s) {
                          const PiecePlan& pl = plan(j);
                          comm_.all_gather(gather + pl.at + size_t(me) * pl.slot, gather + pl.at,
                                           pl.slot, DType::u8, s);
                        }};
-  const Stage decode{false, [&](int j, cudaStream_t s) {
+  const Stage decode{false,
+                     [&](int j, cudaStream_t s) {
                        decode_chunks(d, codec, plan(j), gather + plan(j).at, plan(j).slot, dtype,
                                      out, dtype, where, s);
-                     }};
+                     },
+                     /*timed=*/true, /*beside=*/false, /*after_beside=*/true};
   d.run(pieces, {encode, self_check, exchange, decode});
   const DevicePipeline::Counters counted = d.finish();
 
@@ -419,12 +430,9 @@ CompressedCall DeviceCompressedCollectives::send(const Codec& codec, const void*
                        encode_chunks(codec, x, dtype, plan(j), buf + plan(j).at, s,
                                      d.encoded_nan());
                      }};
-  const Stage self_check{false,
-                         [&](int j, cudaStream_t s) {
-                           check_chunks(d, check, codec, x, dtype, plan(j), buf + plan(j).at, where,
-                                        s);
-                         },
-                         /*timed=*/false};
+  const Stage self_check = self_check_stage(check, [&](int j, cudaStream_t s) {
+    check_chunks(d, check, codec, x, dtype, plan(j), buf + plan(j).at, where, s);
+  });
   const Stage transfer{true, [&](int j, cudaStream_t s) {
                          comm_.send(buf + plan(j).at, plan(j).slot, DType::u8, peer, tag, s);
                        }};
@@ -483,14 +491,11 @@ CompressedCall DeviceCompressedCollectives::send_recv(const Side& out, int dst, 
                        encode_chunks(*out.codec, out.data, dtype, pl, send_buf + pl.at, s,
                                      d.encoded_nan());
                      }};
-  const Stage self_check{false,
-                         [&](int j, cudaStream_t s) {
-                           if (size_t(j) >= n_out) return;
-                           const PiecePlan& pl = outs.pieces[size_t(j)];
-                           check_chunks(d, check, *out.codec, out.data, dtype, pl, send_buf + pl.at,
-                                        out.where, s);
-                         },
-                         /*timed=*/false};
+  const Stage self_check = self_check_stage(check, [&](int j, cudaStream_t s) {
+    if (size_t(j) >= n_out) return;
+    const PiecePlan& pl = outs.pieces[size_t(j)];
+    check_chunks(d, check, *out.codec, out.data, dtype, pl, send_buf + pl.at, out.where, s);
+  });
   const Stage exchange{true, [&](int j, cudaStream_t s) {
                          const bool sends = size_t(j) < n_out, receives = size_t(j) < n_in;
                          const PiecePlan* o = sends ? &outs.pieces[size_t(j)] : nullptr;
@@ -499,12 +504,14 @@ CompressedCall DeviceCompressedCollectives::send_recv(const Side& out, int dst, 
                                          i ? recv_buf + i->at : nullptr, i ? i->slot : 0, src,
                                          DType::u8, tag, s);
                        }};
-  const Stage decode{false, [&](int j, cudaStream_t s) {
+  const Stage decode{false,
+                     [&](int j, cudaStream_t s) {
                        if (size_t(j) >= n_in) return;
                        const PiecePlan& pl = ins.pieces[size_t(j)];
                        decode_chunks(d, *in.codec, pl, recv_buf + pl.at, pl.slot, dtype, in.data,
                                      dtype, in.where, s);
-                     }};
+                     },
+                     /*timed=*/true, /*beside=*/false, /*after_beside=*/true};
   d.run(int(std::max(n_out, n_in)), {encode, self_check, exchange, decode});
   const DevicePipeline::Counters counted = d.finish();
 

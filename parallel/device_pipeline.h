@@ -10,7 +10,11 @@
 //                      what it depends on, and in step n the caller's stream works on piece n
 //                      while the communication stream moves piece n - 1. The communication
 //                      stream first waits for everything queued on the caller's stream.
-//   finish()           waits for both streams (an NCCL communicator: polling its asynchronous
+//                      A `beside` stage runs on a third stream after the stage before it, and
+//                      the stages after it wait only for the one before it (so a logged
+//                      step's self-check never holds up the wire); a stage marked
+//                      `after_beside` also waits for the piece's beside stages.
+//   finish()           waits for every stream (an NCCL communicator: polling its asynchronous
 //                      errors, with its timeout); a non-zero status word throws the codec's
 //                      one-line UserError for the rejected buffer; returns the counters.
 #pragma once
@@ -48,10 +52,16 @@ class DevicePipeline {
   // The work of one stage for piece `piece`, queued on `stream`.
   // With timing on, the caller-stream stages that are `timed` (the codec kernels) are timed
   // with device events; the self-check of a measured call is a stage of its own, untimed.
+  // beside: on a third stream, off the path of the stages after it (they wait for the stage
+  // before it instead), for work that nothing downstream needs, such as a measured call's
+  // self-check: only a stage marked `after_beside`, and finish, wait for it. A beside stage with
+  // no `run` (a call that measures nothing) is left out: no stream or event sees it.
   struct Stage {
     bool on_comm_stream;
     std::function<void(int piece, cudaStream_t stream)> run;
     bool timed = true;
+    bool beside = false;
+    bool after_beside = false;
   };
   // What a status word covers: `count` messages at first + i * stride, `size` bytes each, all
   // of `shape`, checked by `codec` for the site and rank of `where`.
@@ -102,7 +112,8 @@ class DevicePipeline {
 
   Communicator& comm_;
   cudaStream_t comm_stream_ = nullptr;
-  cudaStream_t stream_ = nullptr;  // the caller's, for this call
+  cudaStream_t beside_stream_ = nullptr;  // the `beside` stages'
+  cudaStream_t stream_ = nullptr;         // the caller's, for this call
   std::vector<cudaEvent_t> events_;
   bool timing_ = false;
   std::vector<cudaEvent_t> timing_events_;  // with timing, in (start, end) pairs

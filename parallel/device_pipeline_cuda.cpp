@@ -43,12 +43,14 @@ DevicePipeline::DevicePipeline(Communicator& comm) : comm_(comm) {
   // Non-blocking: the communication stream must not wait on the legacy default stream, which is
   // the trainer's compute stream, except through the events below.
   TACO_CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+  TACO_CHECK_CUDA(cudaStreamCreateWithFlags(&beside_stream_, cudaStreamNonBlocking));
 }
 
 DevicePipeline::~DevicePipeline() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
+  if (beside_stream_) cudaStreamDestroy(beside_stream_);
 }
 
 void DevicePipeline::begin(cudaStream_t stream, size_t status_words, bool timing) {
@@ -96,14 +98,26 @@ void DevicePipeline::run(int pieces, const std::vector<Stage>& stages) {
   TACO_CHECK_CUDA(cudaEventRecord(start, stream_));
   TACO_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, start, 0));
   auto done = [&](int j, int t) { return event(1 + size_t(j) * size_t(T) + size_t(t)); };
+  auto stream_of = [&](const Stage& st) {
+    return st.beside ? beside_stream_ : st.on_comm_stream ? comm_stream_ : stream_;
+  };
   for (int step = 0; step < pieces + T - 1; ++step) {
     for (int t = 0; t < T; ++t) {
       const int j = step - t;
       if (j < 0 || j >= pieces) continue;
       const Stage& stage = stages[size_t(t)];
-      const cudaStream_t s = stage.on_comm_stream ? comm_stream_ : stream_;
-      if (t > 0 && stages[size_t(t - 1)].on_comm_stream != stage.on_comm_stream)
-        TACO_CHECK_CUDA(cudaStreamWaitEvent(s, done(j, t - 1), 0));
+      if (stage.beside && !stage.run) continue;  // no work: nothing waits for it
+      const cudaStream_t s = stream_of(stage);
+      int before = t - 1;  // the stage this one follows: the nearest one not beside
+      while (before >= 0 && stages[size_t(before)].beside) --before;
+      if (before >= 0 && stream_of(stages[size_t(before)]) != s)
+        TACO_CHECK_CUDA(cudaStreamWaitEvent(s, done(j, before), 0));
+      if (before < 0 && stage.beside) TACO_CHECK_CUDA(cudaStreamWaitEvent(s, start, 0));
+      if (stage.after_beside) {
+        for (int u = 0; u < t; ++u)
+          if (stages[size_t(u)].beside && stages[size_t(u)].run)
+            TACO_CHECK_CUDA(cudaStreamWaitEvent(s, done(j, u), 0));
+      }
       const bool timed = timing_ && stage.timed && !stage.on_comm_stream;
       // Recorded after the wait above: the pair spans this stage's own work on the stream.
       if (timed) TACO_CHECK_CUDA(cudaEventRecord(timing_event(2 * timed_pairs_), s));
@@ -116,6 +130,7 @@ void DevicePipeline::run(int pieces, const std::vector<Stage>& stages) {
 
 DevicePipeline::Counters DevicePipeline::finish() {
   wait_for_communicator(comm_, comm_stream_);
+  TACO_CHECK_CUDA(cudaStreamSynchronize(beside_stream_));
   TACO_CHECK_CUDA(cudaStreamSynchronize(stream_));
   const std::vector<uint8_t> w =
       download_from_device(counters_, kCounterBytes + decodes_.size() * sizeof(uint32_t), stream_);
