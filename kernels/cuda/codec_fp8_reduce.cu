@@ -168,15 +168,14 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   if (!block_accepts_headers(in, slot_bytes, count, size, expect, status)) return;
   using TS = TokenStage<G>;
   using S = typename TS::S;
-  constexpr int R = S::R, L = S::L, K = S::K, W = TS::W, kRows = TS::kRows;
-  constexpr int kCopy = TS::kCodeCopy, kCopiesPerRow = W / kCopy;
+  constexpr int R = S::R, L = S::L, W = TS::W, kRows = TS::kRows;
   write_header_and_padding(out, hp);
 
   extern __shared__ uint4 stage_shared[];
   uint8_t* const ring = reinterpret_cast<uint8_t*>(stage_shared);  // stages x count code tiles
   uint8_t* const codes = ring + kReduceStages * count * TS::kCodeBytes;  // the sum's codes
   const uint32_t ring_addr = detail::smem_addr(ring);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, li = lane % L;
+  const int lane = threadIdx.x % 32, li = lane % L;
   int64_t poisoned_in = 0, poisoned_out = 0;  // out: counted when the sum is decoded
 
   // Stage `stage`'s codes of every message into ring slot `slot` (as the decode's fetch).
@@ -185,17 +184,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
     for (int m = 0; m < count; ++m) {
       const uint8_t* codes_in = in + uint64_t(m) * slot_bytes + kWireHeaderBytes;
-      const uint32_t dst = ring_addr + (slot * count + m) * TS::kCodeBytes;
-      // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
-#pragma unroll 4
-      for (int k = 0; k < kRows * kCopiesPerRow / kThreads; ++k) {
-        const int i = k * kThreads + threadIdx.x, row = i / kCopiesPerRow, u = i % kCopiesPerRow;
-        const bool valid = any && st.row0 + row < p.rows;
-        const uint8_t* src =
-            valid ? codes_in + (st.row0 + row) * p.cols + st.col0 + u * kCopy : codes_in;
-        const int word = (u * kCopy / 4) ^ TS::code_swizzle(row);
-        cp_async<kCopy>(dst + row * W + word * 4, src, valid);
-      }
+      copy_code_rows<TS>(ring_addr + (slot * count + m) * TS::kCodeBytes, codes_in, st, any, p);
     }
     cp_async_commit();
   };
@@ -211,28 +200,15 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     const StageRef st = stage_at<W>(stage, kRows, p);
 #pragma unroll 1
     for (int pass = 0; pass < TS::kPasses; ++pass) {
-      const int gi = pass * TS::kGroupsPerPass + warp * S::kTilesPerWarp + lane / L;
-      const int block = gi / W, col = gi % W;  // the group's row block in the stage, column
-      const int first = block * G + li * K;    // the stage row of this lane's register 0
+      const auto [block, col, first, t] = stage_group<TS, false>(pass, st, p);
       const int cs = TS::code_swizzle(first);
-      const int64_t row0 = st.row0 + block * G;  // the group's first row in the message
-      TileRef t{0, 1, 0, 0, 1, li * K, false};
-      t.n = row0 < p.rows ? int(min(int64_t(G), p.rows - row0)) : 0;
-      t.full = t.n == G;
-      t.first_group = row0 / G * p.cols + st.col0 + col;
       float sum[1][R];
 #pragma unroll
       for (int r = 0; r < R; ++r) sum[0][r] = 0.f;
       for (int m = 0; m < count; ++m) {
         const uint8_t* src = ring + (slot * count + m) * TS::kCodeBytes;
         CodedTile<S> ct;
-#pragma unroll
-        for (int w = 0; w < R / 4; ++w) ct.packed[w] = 0;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          ct.packed[r / 4] |= uint32_t(src[TS::code_at(first + S::offset(r), col, cs)])
-                              << (8 * (r % 4));
-        }
+        read_stage_codes<TS>(src, first, col, ct.packed);
         ct.scale[0] = t.n > 0 ? read_scale(in + uint64_t(m) * slot_bytes + p.scales_offset,
                                            t.first_group, p.num_groups, p.scales)
                               : DecodeScale{1.f, 1.f, false};
@@ -253,17 +229,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     __syncthreads();  // the stage's codes are in the staging buffer
 
     // Whole rows out, as the encode's.
-    uint8_t* codes_out = out + kWireHeaderBytes;
-    // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
-#pragma unroll 4
-    for (int k = 0; k < kRows * 16 / kThreads; ++k) {
-      const int i = k * kThreads + threadIdx.x, row = i / 16, w = i % 16;
-      if (st.row0 + row < p.rows) {
-        const uint32_t word = *reinterpret_cast<const uint32_t*>(
-            codes + row * W + ((w ^ TS::code_swizzle(row)) << 2));
-        *reinterpret_cast<uint32_t*>(codes_out + (st.row0 + row) * p.cols + st.col0 + w * 4) = word;
-      }
-    }
+    write_code_rows<TS>(codes, out + kWireHeaderBytes, st, p);
     slot ^= 1;
   }
   cp_async_wait<0>();

@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   constexpr bool kPairs = token_pairs<G, T>();
   using TS = TokenStage<G, kPairs>;
   using S = typename TS::S;
-  constexpr int R = S::R, L = S::L, K = S::K, W = TS::W, kRows = TS::kRows;
+  constexpr int R = S::R, L = S::L, W = TS::W, kRows = TS::kRows;
   constexpr int E = int(sizeof(T)), kValueBytes = kRows * W * E;
   constexpr int kStages = token_encode_stages<G, T>(), kChunksPerRow = W * E / 16;
   write_header_and_padding(out, hp);
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   const uint32_t values_addr = detail::smem_addr(values);
   uint8_t* codes_out = out + kWireHeaderBytes;
   uint8_t* scales = out + p.scales_offset;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, li = lane % L;
+  const int lane = threadIdx.x % 32, li = lane % L;
   int64_t poisoned_groups = 0;
 
   // Stage `stage` into ring slot `slot`: row i / kChunksPerRow, 16-byte chunk
@@ -74,23 +74,16 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
     cp_async_commit();
   };
 
-  // The passes over the stage in slot `slot`, codes into the staging buffer; whole: every row
-  // of the stage exists (kWhole: no tail tests).
+  // The passes over the stage in slot `slot`, codes into the staging buffer, then a barrier and
+  // the codes out as whole rows; whole: every row of the stage exists (kWhole: no tail tests).
   auto encode_stage = [&](const StageRef& st, int slot, auto whole) {
     constexpr bool kWhole = decltype(whole)::value;
     [[maybe_unused]] const uint8_t* in = values + slot * kValueBytes;
     [[maybe_unused]] const uint32_t in_addr = values_addr + slot * kValueBytes;  // kPairs
 #pragma unroll 1
     for (int pass = 0; pass < TS::kPasses; ++pass) {
-      const int gi = pass * TS::kGroupsPerPass + warp * S::kTilesPerWarp + lane / L;
-      const int block = gi / W, col = gi % W;  // the group's row block in the stage, column
-      const int first = block * G + li * K;    // the stage row of this lane's register 0
+      const auto [block, col, first, t] = stage_group<TS, kWhole>(pass, st, p);
       const int vs = TS::value_swizzle(first), cs = TS::code_swizzle(first);
-      const int64_t row0 = st.row0 + block * G;  // the group's first row in the message
-      TileRef t{0, 1, 0, 0, 1, li * K, false};
-      t.n = kWhole ? G : row0 < p.rows ? int(min(int64_t(G), p.rows - row0)) : 0;
-      t.full = kWhole || t.n == G;
-      t.first_group = row0 / G * p.cols + st.col0 + col;
       float v[1][R];
       if constexpr (kPairs) {
         // Matrix i of load k: stage rows block * G + 32 k + 8 i .. + 7 of the warp's chunk of 8
@@ -134,24 +127,6 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
         }
       }
     }
-  };
-
-  const int64_t step = gridDim.x;
-  int64_t stage = blockIdx.x;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) fetch(stage + s * step, s);
-  int slot = 0;
-  for (; stage < p.tiles; stage += step) {
-    cp_async_wait<kStages - 2>();  // this thread's copies of this stage are done
-    __syncthreads();               // and every thread's
-    // into the slot read in the previous iteration
-    fetch(stage + (kStages - 1) * step, slot == 0 ? kStages - 1 : slot - 1);
-    const StageRef st = stage_at<W>(stage, kRows, p);
-    if (st.row0 + kRows <= p.rows) {
-      encode_stage(st, slot, std::true_type{});
-    } else {
-      encode_stage(st, slot, std::false_type{});
-    }
     __syncthreads();  // the stage's codes are in the staging buffer
 
     if constexpr (kPairs) {
@@ -173,22 +148,11 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
         }
       }
     } else {
-      // Whole rows out: row i / 16, word i % 16 (a warp two 64-byte rows).
-      // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
-#pragma unroll 4
-      for (int k = 0; k < kRows * 16 / kThreads; ++k) {
-        const int i = k * kThreads + threadIdx.x, row = i / 16, w = i % 16;
-        if (st.row0 + row < p.rows) {
-          const uint32_t word = *reinterpret_cast<const uint32_t*>(
-              codes + row * W + ((w ^ TS::code_swizzle(row)) << 2));
-          *reinterpret_cast<uint32_t*>(codes_out + (st.row0 + row) * p.cols + st.col0 + w * 4) =
-              word;
-        }
-      }
+      write_code_rows<TS>(codes, codes_out, st, p);
     }
-    slot = slot == kStages - 1 ? 0 : slot + 1;
-  }
-  cp_async_wait<0>();
+  };
+
+  for_each_token_stage<kStages, G>(p, fetch, encode_stage);
   add_count(nonfinite_groups, poisoned_groups);
 }
 

@@ -72,7 +72,8 @@ struct TokenStage {
   static constexpr int R = S::R, L = S::L, K = S::K;
   static constexpr int W = 64;                     // columns of a stage
   static constexpr int kRows = G < 128 ? 128 : G;  // rows of a stage: whole groups
-  static constexpr int kGroups = kRows / G * W;    // groups of a stage
+  static constexpr int kGroupSize = G;
+  static constexpr int kGroups = kRows / G * W;  // groups of a stage
   static constexpr int kGroupsPerPass = (kThreads / 32) * S::kTilesPerWarp;
   static constexpr int kPasses = kGroups / kGroupsPerPass;
   static constexpr int kCodeBytes = kRows * W;  // a stage of codes (values: kRows * W * E)
@@ -167,6 +168,115 @@ __device__ __forceinline__ StageRef stage_at(int64_t stage, int stage_rows, cons
 template <int G>
 bool token_stages_apply(const GroupParams& p, bool values_aligned) {
   return values_aligned && p.cols > 0 && p.rows > 0 && p.cols % TokenStage<G>::W == 0;
+}
+
+// The group that this thread's lane takes in pass `pass` over stage `st`: its row block in the
+// stage and column, the stage row of the lane's register 0, and its TileRef (kWhole: every row of
+// the stage exists).
+struct StageGroup {
+  int block, col, first;
+  TileRef t;
+};
+
+template <class TS, bool kWhole>
+__device__ __forceinline__ StageGroup stage_group(int pass, const StageRef& st,
+                                                  const GroupParams& p) {
+  using S = typename TS::S;
+  constexpr int kGroup = TS::kGroupSize, W = TS::W;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, li = lane % S::L;
+  const int gi = pass * TS::kGroupsPerPass + warp * S::kTilesPerWarp + lane / S::L;
+  StageGroup g{gi / W, gi % W, 0, TileRef{0, 1, 0, 0, 1, li * S::K, false}};
+  g.first = g.block * kGroup + li * S::K;
+  const int64_t row0 = st.row0 + g.block * kGroup;  // the group's first row in the message
+  g.t.n = kWhole ? kGroup : row0 < p.rows ? int(min(int64_t(kGroup), p.rows - row0)) : 0;
+  g.t.full = kWhole || g.t.n == kGroup;
+  g.t.first_group = row0 / kGroup * p.cols + st.col0 + g.col;
+  return g;
+}
+
+// A lane's codes of its group (first, col: stage_group's) from the stage buffer `src` in TS's code
+// layout: register r's code in byte r % 4 of packed[r / 4].
+template <class TS>
+__device__ __forceinline__ void read_stage_codes(const uint8_t* src, int first, int col,
+                                                 uint32_t (&packed)[TS::R / 4]) {
+  using S = typename TS::S;
+  const int cs = TS::code_swizzle(first);
+#pragma unroll
+  for (int w = 0; w < TS::R / 4; ++w) packed[w] = 0;
+#pragma unroll
+  for (int r = 0; r < TS::R; ++r) {
+    packed[r / 4] |= uint32_t(src[TS::code_at(first + S::offset(r), col, cs)]) << (8 * (r % 4));
+  }
+}
+
+// The codes of stage `st` (a message's codes from `codes_in`, rows x cols bytes) copied into the
+// stage buffer at shared address `dst` in TS's code layout (TokenStage<G, kPairs>), in whole rows:
+// row i / kCopiesPerRow, copy i % kCopiesPerRow (its first word u * kCodeCopy / 4, which the
+// swizzle moves as a whole) for i = threadIdx.x,
+// + kThreads, ...; rows past the end (and every row where !any) zeros. Not committed.
+template <class TS>
+__device__ __forceinline__ void copy_code_rows(uint32_t dst, const uint8_t* codes_in,
+                                               const StageRef& st, bool any, const GroupParams& p) {
+  constexpr int W = TS::W, kCopy = TS::kCodeCopy, kCopiesPerRow = W / kCopy;
+  // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
+  for (int k = 0; k < TS::kRows * kCopiesPerRow / kThreads; ++k) {
+    const int i = k * kThreads + threadIdx.x, row = i / kCopiesPerRow, u = i % kCopiesPerRow;
+    const bool valid = any && st.row0 + row < p.rows;
+    const uint8_t* src =
+        valid ? codes_in + (st.row0 + row) * p.cols + st.col0 + u * kCopy : codes_in;
+    const int word = (u * kCopy / 4) ^ TS::code_swizzle(row);
+    cp_async<kCopy>(dst + row * W + word * 4, src, valid);
+  }
+}
+
+// The stage buffer `codes` (TS's code layout) written out as whole rows of stage `st` of the
+// message's codes at `codes_out`: row i / 16, word i % 16 (a warp two 64-byte rows).
+template <class TS>
+__device__ __forceinline__ void write_code_rows(const uint8_t* codes, uint8_t* codes_out,
+                                                const StageRef& st, const GroupParams& p) {
+  constexpr int W = TS::W;
+  // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
+  for (int k = 0; k < TS::kRows * 16 / kThreads; ++k) {
+    const int i = k * kThreads + threadIdx.x, row = i / 16, w = i % 16;
+    if (st.row0 + row < p.rows) {
+      const uint32_t word =
+          *reinterpret_cast<const uint32_t*>(codes + row * W + ((w ^ TS::code_swizzle(row)) << 2));
+      *reinterpret_cast<uint32_t*>(codes_out + (st.row0 + row) * p.cols + st.col0 + w * 4) = word;
+    }
+  }
+}
+
+// A block's stages t = blockIdx.x, + gridDim.x, ... through a ring of kStages slots: the first
+// kStages - 1 fetched ahead, then per stage: wait for its copies and a barrier (its data visible to
+// every thread, and every thread done with the slot the next copy overwrites and with the last
+// write-out), the fetch kStages - 1 ahead into the slot read in the previous iteration, and
+// work(st, slot, whole), whole a std::bool_constant: every row of the stage exists (all but a
+// message's last row of stages), so the arithmetic may skip the tail tests. fetch(stage, slot)
+// commits one cp.async group, also for stages past the last.
+template <int kStages, int G, class Fetch, class Work>
+__device__ __forceinline__ void for_each_token_stage(const GroupParams& p, Fetch&& fetch,
+                                                     Work&& work) {
+  constexpr int W = TokenStage<G>::W, kRows = TokenStage<G>::kRows;
+  const int64_t step = gridDim.x;
+  int64_t stage = blockIdx.x;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) fetch(stage + s * step, s);
+  int slot = 0;
+  for (; stage < p.tiles; stage += step) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of this stage are done
+    __syncthreads();               // and every thread's
+    fetch(stage + (kStages - 1) * step, slot == 0 ? kStages - 1 : slot - 1);
+    const StageRef st = stage_at<W>(stage, kRows, p);
+    if (st.row0 + kRows <= p.rows) {
+      work(st, slot, std::true_type{});
+    } else {
+      work(st, slot, std::false_type{});
+    }
+    slot = slot == kStages - 1 ? 0 : slot + 1;
+  }
+  cp_async_wait<0>();
 }
 
 // Fills p's stage counts (p.tiles must be 1, as group_params left it for a non-empty message).
