@@ -202,6 +202,13 @@ Stage self_check_stage(const SelfCheck& check, std::function<void(int, cudaStrea
   return {false, std::move(check_piece), /*timed=*/false, /*beside=*/true};
 }
 
+// `stage`, waiting for the piece's self-check: it overwrites the checked input, or may (an output
+// that can alias it).
+Stage after_self_check(Stage stage) {
+  stage.after_beside = true;
+  return stage;
+}
+
 // Status words a self-check of `plans` needs: one per chunk decoded again.
 size_t check_words(bool measure, const Plans& plans) {
   size_t n = 0;
@@ -285,12 +292,11 @@ CompressedCall DeviceCompressedCollectives::all_reduce(const Codec& codec, void*
                                             gather + pl.at2, pl.slot2, DType::u8, s);
                          }};
   // The owner too takes its chunk from the decoded bytes, so every rank holds the same values.
-  const Stage decode{false,
-                     [&](int j, cudaStream_t s) {
-                       decode_chunks(d, codec, plan(j), gather + plan(j).at2, plan(j).slot2,
-                                     DType::f32, x, dtype, where, s);
-                     },
-                     /*timed=*/true, /*beside=*/false, /*after_beside=*/true};
+  const Stage decode =
+      after_self_check({false, [&](int j, cudaStream_t s) {
+                          decode_chunks(d, codec, plan(j), gather + plan(j).at2, plan(j).slot2,
+                                        DType::f32, x, dtype, where, s);
+                        }});
   d.run(pieces, {shot_one[0], shot_one[1], shot_one[2], reduce, all_gather, decode});
   const DevicePipeline::Counters counted = d.finish();
 
@@ -330,24 +336,22 @@ CompressedCall DeviceCompressedCollectives::reduce_scatter(const Codec& codec, c
       encode_and_all_to_all(codec, in, dtype, plans, send, recv, d, comm_, check, where);
   // The p decoded copies of this rank's block summed in fp32 in rank order, straight into an
   // fp32 output; a bf16 output is rounded once from the fp32 sum.
-  const Stage reduce{
-      false,
-      [&](int j, cudaStream_t s) {
-        const PiecePlan& pl = plan(j);
-        const MessageShape mine = pl.chunks.shape[size_t(me)];
-        const size_t n = size_t(mine.count()), in_bytes = codec.max_encoded_size(mine, dtype);
-        uint8_t* dst = element(out, pl.piece.begin * unit, dtype);
-        float* acc = staging ? staging : reinterpret_cast<float*>(dst);
-        TACO_CHECK_CUDA(cudaMemsetAsync(acc, 0, n * sizeof(float), s));
-        for (int r = 0; r < p; ++r) {
-          const uint8_t* msg = recv + pl.at + size_t(r) * pl.slot;
-          uint32_t* status = d.status_for({&codec, msg, 0, 1, in_bytes, mine, where});
-          codec.decode_async(msg, in_bytes, mine, acc, DType::f32, true, s, status,
-                             d.decoded_nan());
-        }
-        if (staging && n > 0) cuda::convert_f32_to_bf16(reinterpret_cast<bf16*>(dst), acc, n, s);
-      },
-      /*timed=*/true, /*beside=*/false, /*after_beside=*/true};
+  const Stage reduce = after_self_check(
+      {false, [&](int j, cudaStream_t s) {
+         const PiecePlan& pl = plan(j);
+         const MessageShape mine = pl.chunks.shape[size_t(me)];
+         const size_t n = size_t(mine.count()), in_bytes = codec.max_encoded_size(mine, dtype);
+         uint8_t* dst = element(out, pl.piece.begin * unit, dtype);
+         float* acc = staging ? staging : reinterpret_cast<float*>(dst);
+         TACO_CHECK_CUDA(cudaMemsetAsync(acc, 0, n * sizeof(float), s));
+         for (int r = 0; r < p; ++r) {
+           const uint8_t* msg = recv + pl.at + size_t(r) * pl.slot;
+           uint32_t* status = d.status_for({&codec, msg, 0, 1, in_bytes, mine, where});
+           codec.decode_async(msg, in_bytes, mine, acc, DType::f32, true, s, status,
+                              d.decoded_nan());
+         }
+         if (staging && n > 0) cuda::convert_f32_to_bf16(reinterpret_cast<bf16*>(dst), acc, n, s);
+       }});
   d.run(pieces, {shot_one[0], shot_one[1], shot_one[2], reduce});
   const DevicePipeline::Counters counted = d.finish();
 
@@ -396,12 +400,10 @@ CompressedCall DeviceCompressedCollectives::all_gather(const Codec& codec, const
                          comm_.all_gather(gather + pl.at + size_t(me) * pl.slot, gather + pl.at,
                                           pl.slot, DType::u8, s);
                        }};
-  const Stage decode{false,
-                     [&](int j, cudaStream_t s) {
-                       decode_chunks(d, codec, plan(j), gather + plan(j).at, plan(j).slot, dtype,
-                                     out, dtype, where, s);
-                     },
-                     /*timed=*/true, /*beside=*/false, /*after_beside=*/true};
+  const Stage decode = after_self_check({false, [&](int j, cudaStream_t s) {
+                                           decode_chunks(d, codec, plan(j), gather + plan(j).at,
+                                                         plan(j).slot, dtype, out, dtype, where, s);
+                                         }});
   d.run(pieces, {encode, self_check, exchange, decode});
   const DevicePipeline::Counters counted = d.finish();
 
@@ -504,14 +506,13 @@ CompressedCall DeviceCompressedCollectives::send_recv(const Side& out, int dst, 
                                          i ? recv_buf + i->at : nullptr, i ? i->slot : 0, src,
                                          DType::u8, tag, s);
                        }};
-  const Stage decode{false,
-                     [&](int j, cudaStream_t s) {
-                       if (size_t(j) >= n_in) return;
-                       const PiecePlan& pl = ins.pieces[size_t(j)];
-                       decode_chunks(d, *in.codec, pl, recv_buf + pl.at, pl.slot, dtype, in.data,
-                                     dtype, in.where, s);
-                     },
-                     /*timed=*/true, /*beside=*/false, /*after_beside=*/true};
+  const Stage decode =
+      after_self_check({false, [&](int j, cudaStream_t s) {
+                          if (size_t(j) >= n_in) return;
+                          const PiecePlan& pl = ins.pieces[size_t(j)];
+                          decode_chunks(d, *in.codec, pl, recv_buf + pl.at, pl.slot, dtype, in.data,
+                                        dtype, in.where, s);
+                        }});
   d.run(int(std::max(n_out, n_in)), {encode, self_check, exchange, decode});
   const DevicePipeline::Counters counted = d.finish();
 
