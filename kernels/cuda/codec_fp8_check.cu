@@ -6,11 +6,21 @@
 // Sums as kernels/roundtrip_error.h defines them, in double, in two stages of fixed shape (one
 // partial per block of a grid that depends only on the message and the device, then one block
 // adding the partials in order), so a result is the same from run to run.
+// Along tokens with columns a multiple of 64, the check takes the decode's shared-memory stages
+// (codec_fp8_token_stage.cuh) with the input's values beside the codes.
 #include <cmath>
 
 #include "kernels/codec_fp8.h"
 #include "kernels/cuda/codec_fp8_group_decode.cuh"
+#include "kernels/cuda/codec_fp8_token_decode.cuh"
+#include "kernels/cuda/codec_fp8_token_stage.cuh"
 #include "kernels/cuda/common.cuh"
+
+// The staged check along tokens where it applies. TACO_CODEC_TUNING="TACO_CODEC_CHECK_STAGES=0"
+// keeps the general kernel everywhere, to time one against the other (taco-bench codec's check).
+#ifndef TACO_CODEC_CHECK_STAGES
+#define TACO_CODEC_CHECK_STAGES 1
+#endif
 
 namespace taco::cuda {
 namespace codec {
@@ -83,6 +93,20 @@ __device__ __forceinline__ void add_tile_error(const TX* x, const TileRef& t, co
   }
 }
 
+// The block's three sums into partials[block], [blocks + block], [2 * blocks + block]. Every
+// thread of the block calls it (the header verdict is the block's).
+__device__ __forceinline__ void write_block_sums(const ErrorSums& s, double* shared,
+                                                 double* partials) {
+  const double err = detail::block_sum(s.err, shared);
+  const double sig = detail::block_sum(s.sig, shared);
+  const double bad = detail::block_sum(s.bad, shared);
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = err;
+    partials[gridDim.x + blockIdx.x] = sig;
+    partials[2 * gridDim.x + blockIdx.x] = bad;
+  }
+}
+
 // One partial (three doubles) per block into partials[block], [blocks + block], [2 * blocks +
 // block]. A block whose header check fails writes zeros (the status word carries the error).
 template <int G, bool kTokens, class TX>
@@ -109,15 +133,84 @@ __global__ void __launch_bounds__(kThreads)
       if (t.n > 0) add_tile_error<S, kTokens>(x, t, p, v, decoded_bf16, s);
     }
   }
-  // Every thread of the block reaches the sums (the header verdict is the block's).
-  const double err = detail::block_sum(s.err, shared);
-  const double sig = detail::block_sum(s.sig, shared);
-  const double bad = detail::block_sum(s.bad, shared);
-  if (threadIdx.x == 0) {
-    partials[blockIdx.x] = err;
-    partials[gridDim.x + blockIdx.x] = sig;
-    partials[2 * gridDim.x + blockIdx.x] = bad;
+  write_block_sums(s, shared, partials);
+}
+
+// The staged check along tokens: the stage ring of the token decode
+// (fp8_group_decode_token_stages_kernel: each stage's codes and scale entries, cp.async) with the
+// stage's input values (copy_value_rows, the encode's layout) in the same slot, so that each lane
+// decodes its group in the along-hidden lanes and finds the input of each of its elements in
+// shared memory at the row and column the decode would have written. Nothing is written out.
+// Slots: 4 where they fit in 100 KB, else 3, else 2 (two blocks a multiprocessor up to 100 KB).
+template <int G, class TX>
+struct CheckStages {
+  using TS = TokenStage<G>;
+  static constexpr int kValueBytes = TS::kRows * TS::W * int(sizeof(TX));
+  static constexpr int kSlotBytes = TS::kCodeBytes + TS::kScaleBytes + kValueBytes;
+  static constexpr int kStages = 4 * kSlotBytes <= 100 * 1024   ? 4
+                                 : 3 * kSlotBytes <= 100 * 1024 ? 3
+                                                                : 2;
+  static constexpr int kShared = kStages * kSlotBytes;
+  static constexpr bool kFits = kShared <= kTokenStagesMaxShared;  // not fp32 at G = 512
+};
+
+template <int G, class TX, FixedOptions kFixed>
+__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
+    fp8_group_decode_error_token_stages_kernel(const uint8_t* __restrict__ in, uint64_t size,
+                                               WireExpectation expect, const TX* __restrict__ x,
+                                               bool decoded_bf16, GroupParams p, uint32_t* status,
+                                               double* partials) {
+  using C = CheckStages<G, TX>;
+  using TS = typename C::TS;
+  using S = typename TS::S;
+  __shared__ double shared[32];
+  ErrorSums s;
+  if (block_accepts_header(in, size, expect, status)) {
+    constexpr int R = S::R, W = TS::W, kRows = TS::kRows;
+    constexpr int kScalesAt = TS::kCodeBytes, kValuesAt = kScalesAt + TS::kScaleBytes;
+    const Fp8Scales mode = codec_options<kFixed>(p).scales;
+    const bool dual = mode == Fp8Scales::dual, e8m0 = mode == Fp8Scales::e8m0;
+    extern __shared__ uint4 stage_shared[];
+    const uint8_t* const ring = reinterpret_cast<const uint8_t*>(stage_shared);
+    const uint32_t ring_addr = detail::smem_addr(ring);
+    const uint8_t* codes_in = in + kWireHeaderBytes;
+    const uint8_t* scales = in + p.scales_offset;
+    const int li = threadIdx.x % 32 % S::L;
+    int64_t poisoned = 0;  // not reported, as in fp8_group_decode_error_kernel
+
+    auto fetch = [&](int64_t stage, int slot) {
+      const bool any = stage < p.tiles;
+      const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
+      const uint32_t dst = ring_addr + slot * C::kSlotBytes;
+      copy_code_rows<TS>(dst, codes_in, st, any, p);
+      copy_stage_scales<TS>(dst + kScalesAt, scales, st, any, p, dual, e8m0);
+      copy_value_rows<TS>(dst + kValuesAt, x, st, any, p);
+      cp_async_commit();
+    };
+
+    auto check_stage = [&](const StageRef& st, int slot, auto whole) {
+      constexpr bool kWhole = decltype(whole)::value;
+      const uint8_t* src = ring + slot * C::kSlotBytes;
+#pragma unroll 1
+      for (int pass = 0; pass < TS::kPasses; ++pass) {
+        const auto [block, col, first, t] = stage_group<TS, kWhole>(pass, st, p);
+        CodedTile<S> ct;
+        read_stage_codes<TS>(src, first, col, ct.packed);
+        const ScaleWords words = stage_scale_words<TS>(src + kScalesAt, block, col, dual, e8m0);
+        ct.scale[0] = t.n > 0 ? decode_scale(words, mode) : DecodeScale{1.f, 1.f, false};
+        float v[1][R];
+        decode_loaded_tile<S, false, kWhole, false, kFixed>(ct, t, li, p, v, poisoned);
+        float input[R];
+        read_stage_values<TS, TX>(src + kValuesAt, first, col, input);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (kWhole || t.r0 + S::offset(r) < t.n) s.add(input[r], v[0][r], decoded_bf16);
+        }
+      }
+    };
+    for_each_token_stage<C::kStages, G>(p, fetch, check_stage);
   }
+  write_block_sums(s, shared, partials);
 }
 
 // One block: each thread adds its stride of partials in order, then the block sums in its fixed
@@ -145,21 +238,45 @@ struct CheckArgs {
   cudaStream_t stream;
 };
 
-template <int G, bool kTokens, class TX>
-void launch(const CheckArgs& a) {
-  using S = TileShape<4, G, kTokens>;
-  GroupParams p = a.p;
-  const TX* x = static_cast<const TX*>(a.x);
-  set_tiles<S, G, kTokens>(p, detail::aligned16(x));
-  constexpr auto kernel = fp8_group_decode_error_kernel<G, kTokens, TX>;
-  const unsigned blocks = wave_grid<kernel>(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, 0);
+// Kernel on `blocks` blocks with `shared` bytes, then the partials added into a.sums.
+template <auto Kernel, class TX>
+void launch_with_partials(const CheckArgs& a, const GroupParams& p, unsigned blocks, int shared) {
   auto* partials =
       static_cast<double*>(detail::scratch(a.stream, 3 * size_t(blocks) * sizeof(double)));
-  kernel<<<blocks, kThreads, 0, a.stream>>>(a.in, a.size, a.expect, x, a.decoded_bf16, p, a.status,
-                                            partials);
+  Kernel<<<blocks, kThreads, shared, a.stream>>>(
+      a.in, a.size, a.expect, static_cast<const TX*>(a.x), a.decoded_bf16, p, a.status, partials);
   TACO_LAUNCH_OK();
   fp8_decode_error_add_partials_kernel<<<1, kThreads, 0, a.stream>>>(a.sums, partials, blocks);
   TACO_LAUNCH_OK();
+}
+
+template <int G, class TX, FixedOptions kFixed>
+void launch_token_stages(const CheckArgs& a, const GroupParams& p) {
+  constexpr int shared = CheckStages<G, TX>::kShared;
+  constexpr auto kernel = fp8_group_decode_error_token_stages_kernel<G, TX, kFixed>;
+  allow_stage_shared_memory<kernel>(shared);
+  launch_with_partials<kernel, TX>(a, p, wave_grid<kernel>(p.tiles, 1, shared), shared);
+}
+
+template <int G, bool kTokens, class TX>
+void launch(const CheckArgs& a) {
+  GroupParams p = a.p;
+  if constexpr (kTokens && TACO_CODEC_CHECK_STAGES != 0 && CheckStages<G, TX>::kFits) {
+    if (p.tiles > 0 && token_stages_apply<G>(p, detail::aligned16(a.x))) {
+      set_token_stages<G>(p);
+      if constexpr (sizeof(TX) == 2) {  // the training's case: options fixed where they can be
+        return with_fixed_options(
+            p, [&](auto fixed) { launch_token_stages<G, TX, decltype(fixed)::value>(a, p); });
+      } else {
+        return launch_token_stages<G, TX, FixedOptions::none>(a, p);
+      }
+    }
+  }
+  using S = TileShape<4, G, kTokens>;
+  set_tiles<S, G, kTokens>(p, detail::aligned16(a.x));
+  constexpr auto kernel = fp8_group_decode_error_kernel<G, kTokens, TX>;
+  launch_with_partials<kernel, TX>(
+      a, p, wave_grid<kernel>(p.tiles, int64_t(kThreads / 32) * S::kTilesPerWarp, 0), 0);
 }
 
 template <int G, bool kTokens>

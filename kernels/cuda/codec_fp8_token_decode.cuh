@@ -12,6 +12,41 @@
 
 namespace taco::cuda::codec {
 
+// The scale entries of stage `st` copied beside its codes, to shared address `dst`, in
+// TokenStage's layout (kScaleBytes: per row block, the W groups' first entries, then their a):
+// thread j < kScaleBytes / 16 copies 16 bytes, of row block j / (2 kRunChunks), first entries or a
+// (j / kRunChunks % 2), chunk j % kRunChunks (e8m0: bytes, so 4 chunks of the 16; entries of row
+// blocks past the end, and a of the other modes, are not read). Not committed.
+template <class TS>
+__device__ __forceinline__ void copy_stage_scales(uint32_t dst, const uint8_t* scales,
+                                                  const StageRef& st, bool any,
+                                                  const GroupParams& p, bool dual, bool e8m0) {
+  constexpr int G = TS::kGroupSize, W = TS::W;
+  constexpr int kScaleChunks = TS::kScaleBytes / 16, kRunChunks = TS::kScaleRunBytes / 16;
+  static_assert(kScaleChunks <= kThreads, "one scale copy per thread at most");
+  if (threadIdx.x >= kScaleChunks) return;
+  const int j = threadIdx.x, block = j / (2 * kRunChunks), second = j / kRunChunks % 2;
+  const int chunk = j % kRunChunks;
+  const int64_t row0 = st.row0 + block * G;
+  const int64_t g0 = row0 / G * p.cols + st.col0;  // the row block's first group
+  const bool valid = any && row0 < p.rows && (second ? dual : !e8m0 || chunk < W / 16);
+  const uint8_t* src = !valid ? scales
+                       : e8m0 ? scales + g0 + 16 * chunk
+                              : scales + 4 * (second ? p.num_groups + g0 : g0) + 16 * chunk;
+  cp_async<16>(dst + 16 * j, src, valid);
+}
+
+// The scale words of the group in column col of row block `block`, from a stage's scale entries
+// (copy_stage_scales' layout).
+template <class TS>
+__device__ __forceinline__ ScaleWords stage_scale_words(const uint8_t* stage_scales, int block,
+                                                        int col, bool dual, bool e8m0) {
+  const uint8_t* entries = stage_scales + block * 2 * TS::kScaleRunBytes;
+  return ScaleWords{
+      e8m0 ? uint32_t(entries[col]) : *reinterpret_cast<const uint32_t*>(entries + 4 * col),
+      dual ? *reinterpret_cast<const uint32_t*>(entries + TS::kScaleRunBytes + 4 * col) : kOneBits};
+}
+
 // Along tokens, staged through shared memory (codec_fp8_token_stage.cuh), the mirror of the
 // encode's: each stage's codes and scale entries come in through a ring of kCodeStages stages
 // (cp.async: codes kCodeCopy bytes at a time, scale entries 16), its groups are decoded in the
@@ -32,11 +67,9 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   constexpr int R = S::R, L = S::L, W = TS::W, kRows = TS::kRows;
   constexpr int kStages = TS::kCodeStages;
   constexpr int kSlotBytes = TS::kCodeBytes + TS::kScaleBytes;  // codes, then scale entries
-  constexpr int kScaleChunks = TS::kScaleBytes / 16, kRunChunks = TS::kScaleRunBytes / 16;
   constexpr int E = int(sizeof(TOut)), kChunksPerRow = W * E / 16, kPerChunk = 16 / E;
   constexpr bool kBf16 = E == 2;
   static_assert(!kAccumulate || !kBf16, "decode-accumulate is fp32");
-  static_assert(kScaleChunks <= kThreads, "one scale copy per thread at most");
   const Fp8Scales mode = codec_options<kFixed>(p).scales;
   const bool dual = mode == Fp8Scales::dual, e8m0 = mode == Fp8Scales::e8m0;
 
@@ -50,26 +83,14 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   const int lane = threadIdx.x % 32, li = lane % L;
   int64_t poisoned_groups = 0;
 
-  // Stage `stage` into ring slot `slot`: its codes (copy_code_rows), then thread j <
-  // kScaleChunks copies 16 bytes of the scale entries: row block j / (2 kRunChunks), first entries
-  // or a (j / kRunChunks % 2), chunk j % kRunChunks (e8m0: bytes, so 4 chunks of the 16; entries
-  // of row blocks past the end, and a of the other modes, are not read).
+  // Stage `stage` into ring slot `slot`: its codes (copy_code_rows), then its scale entries
+  // (copy_stage_scales).
   auto fetch = [&](int64_t stage, int slot) {
     const bool any = stage < p.tiles;
     const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
     const uint32_t dst = ring_addr + slot * kSlotBytes;
     copy_code_rows<TS>(dst, codes_in, st, any, p);
-    if (threadIdx.x < kScaleChunks) {
-      const int j = threadIdx.x, block = j / (2 * kRunChunks), second = j / kRunChunks % 2;
-      const int chunk = j % kRunChunks;
-      const int64_t row0 = st.row0 + block * G;
-      const int64_t g0 = row0 / G * p.cols + st.col0;  // the row block's first group
-      const bool valid = any && row0 < p.rows && (second ? dual : !e8m0 || chunk < W / 16);
-      const uint8_t* src = !valid ? scales
-                           : e8m0 ? scales + g0 + 16 * chunk
-                                  : scales + 4 * (second ? p.num_groups + g0 : g0) + 16 * chunk;
-      cp_async<16>(dst + TS::kCodeBytes + 16 * j, src, valid);
-    }
+    copy_stage_scales<TS>(dst + TS::kCodeBytes, scales, st, any, p, dual, e8m0);
     cp_async_commit();
   };
 
@@ -85,11 +106,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
       const int vs = TS::value_swizzle(first);
       CodedTile<S> ct;
       read_stage_codes<TS>(src, first, col, ct.packed);
-      const uint8_t* entries = stage_scales + block * 2 * TS::kScaleRunBytes;
-      const ScaleWords words{
-          e8m0 ? uint32_t(entries[col]) : *reinterpret_cast<const uint32_t*>(entries + 4 * col),
-          dual ? *reinterpret_cast<const uint32_t*>(entries + TS::kScaleRunBytes + 4 * col)
-               : kOneBits};
+      const ScaleWords words = stage_scale_words<TS>(stage_scales, block, col, dual, e8m0);
       ct.scale[0] = t.n > 0 ? decode_scale(words, mode) : DecodeScale{1.f, 1.f, false};
       float v[1][R];
       decode_loaded_tile<S, false, kWhole, false, kFixed, kBf16>(ct, t, li, p, v, poisoned_groups);

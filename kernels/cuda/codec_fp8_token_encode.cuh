@@ -22,7 +22,6 @@ constexpr int token_encode_shared() {
   using TS = TokenStage<G>;
   return token_encode_stages<G, T>() * TS::kRows * TS::W * int(sizeof(T)) + TS::kCodeBytes;
 }
-constexpr int kTokenStagesMaxShared = 200 * 1024;
 
 // Along tokens, staged through shared memory (codec_fp8_token_stage.cuh): each block takes stages
 // t = blockIdx.x, + gridDim.x, ...; their values come in through a ring of kStages stages
@@ -44,7 +43,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   using S = typename TS::S;
   constexpr int R = S::R, L = S::L, W = TS::W, kRows = TS::kRows;
   constexpr int E = int(sizeof(T)), kValueBytes = kRows * W * E;
-  constexpr int kStages = token_encode_stages<G, T>(), kChunksPerRow = W * E / 16;
+  constexpr int kStages = token_encode_stages<G, T>();
   write_header_and_padding(out, hp);
 
   extern __shared__ uint4 stage_shared[];
@@ -56,21 +55,11 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   const int lane = threadIdx.x % 32, li = lane % L;
   int64_t poisoned_groups = 0;
 
-  // Stage `stage` into ring slot `slot`: row i / kChunksPerRow, 16-byte chunk
-  // i % kChunksPerRow for i = threadIdx.x, + kThreads, ... (whole rows of 128 or 256 bytes);
-  // rows past the end (and stages past the last) zeros.
+  // Stage `stage` into ring slot `slot` (copy_value_rows; stages past the last: zeros).
   auto fetch = [&](int64_t stage, int slot) {
     const bool any = stage < p.tiles;
     const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
-    const uint32_t dst = values_addr + slot * kValueBytes;
-    // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
-#pragma unroll 4
-    for (int k = 0; k < kRows * kChunksPerRow / kThreads; ++k) {
-      const int i = k * kThreads + threadIdx.x, row = i / kChunksPerRow, q = i % kChunksPerRow;
-      const bool valid = any && st.row0 + row < p.rows;
-      const T* src = valid ? x + (st.row0 + row) * p.cols + st.col0 + q * (16 / E) : x;
-      cp_async<16>(dst + row * (E * W) + ((q ^ TS::value_swizzle(row)) << 4), src, valid);
-    }
+    copy_value_rows<TS>(values_addr + slot * kValueBytes, x, st, any, p);
     cp_async_commit();
   };
 
@@ -83,7 +72,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
 #pragma unroll 1
     for (int pass = 0; pass < TS::kPasses; ++pass) {
       const auto [block, col, first, t] = stage_group<TS, kWhole>(pass, st, p);
-      const int vs = TS::value_swizzle(first), cs = TS::code_swizzle(first);
+      const int cs = TS::code_swizzle(first);
       float v[1][R];
       if constexpr (kPairs) {
         // Matrix i of load k: stage rows block * G + 32 k + 8 i .. + 7 of the warp's chunk of 8
@@ -99,15 +88,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
           }
         }
       } else {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const uint8_t* value = in + TS::template value_at<E>(first + S::offset(r), col, vs);
-          if constexpr (E == 2) {
-            v[0][r] = bf16_bits_to_float(*reinterpret_cast<const uint16_t*>(value));
-          } else {
-            v[0][r] = *reinterpret_cast<const float*>(value);
-          }
-        }
+        read_stage_values<TS, T>(in, first, col, v[0]);
       }
       uint32_t packed[R / 4];
       encode_tile_codes<S, false, kWhole, kFixed>(v, t, li, p, scales, poisoned_groups, packed);

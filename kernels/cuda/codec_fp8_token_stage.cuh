@@ -130,6 +130,10 @@ struct TokenStage {
   }
 };
 
+// The most shared memory a staged kernel's block takes (an H100 or H200 multiprocessor has 227 KB
+// for one block); an instantiation that would need more keeps the general kernel.
+constexpr int kTokenStagesMaxShared = 200 * 1024;
+
 // Lets Kernel launch with up to `bytes` of dynamic shared memory, from any size: the default
 // limit of 48 KB counts static shared memory too (the decoders' header verdict), so that exactly
 // 48 KB of stages would not launch without the opt-in. Once per kernel (the same bytes at every
@@ -227,6 +231,43 @@ __device__ __forceinline__ void copy_code_rows(uint32_t dst, const uint8_t* code
         valid ? codes_in + (st.row0 + row) * p.cols + st.col0 + u * kCopy : codes_in;
     const int word = (u * kCopy / 4) ^ TS::code_swizzle(row);
     cp_async<kCopy>(dst + row * W + word * 4, src, valid);
+  }
+}
+
+// The values of stage `st` (rows x cols of T at x) copied into the stage buffer at shared address
+// `dst` in the value layout, in whole rows (128 or 256 bytes): row i / kChunksPerRow, 16-byte
+// chunk i % kChunksPerRow for i = threadIdx.x, + kThreads, ...; rows past the end (and every row
+// where !any) zeros. Not committed.
+template <class TS, class T>
+__device__ __forceinline__ void copy_value_rows(uint32_t dst, const T* x, const StageRef& st,
+                                                bool any, const GroupParams& p) {
+  constexpr int E = int(sizeof(T)), W = TS::W, kChunksPerRow = W * E / 16;
+  // 4, not all: fully unrolled, these loops made ptxas spill at G = 512 (up to 372 bytes)
+#pragma unroll 4
+  for (int k = 0; k < TS::kRows * kChunksPerRow / kThreads; ++k) {
+    const int i = k * kThreads + threadIdx.x, row = i / kChunksPerRow, q = i % kChunksPerRow;
+    const bool valid = any && st.row0 + row < p.rows;
+    const T* src = valid ? x + (st.row0 + row) * p.cols + st.col0 + q * (16 / E) : x;
+    cp_async<16>(dst + row * (E * W) + ((q ^ TS::value_swizzle(row)) << 4), src, valid);
+  }
+}
+
+// A lane's values of its group (first, col: stage_group's) from the stage buffer `src` (the value
+// layout, T = bf16 bits or fp32), widened to fp32: register r holds stage row first + offset(r).
+template <class TS, class T>
+__device__ __forceinline__ void read_stage_values(const uint8_t* src, int first, int col,
+                                                  float (&v)[TS::R]) {
+  using S = typename TS::S;
+  constexpr int E = int(sizeof(T));
+  const int vs = TS::value_swizzle(first);
+#pragma unroll
+  for (int r = 0; r < TS::R; ++r) {
+    const uint8_t* value = src + TS::template value_at<E>(first + S::offset(r), col, vs);
+    if constexpr (E == 2) {
+      v[r] = bf16_bits_to_float(*reinterpret_cast<const uint16_t*>(value));
+    } else {
+      v[r] = *reinterpret_cast<const float*>(value);
+    }
   }
 }
 

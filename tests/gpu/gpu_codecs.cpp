@@ -9,7 +9,9 @@
 //   - encoded bytes (header, payload, scales, padding) are identical;
 //   - decoded fp32 and bf16 values are identical in their bits, except that NaN payloads may
 //     differ (a GPU add on NaN returns the canonical NaN): NaN must meet NaN;
-//   - the non-finite group counts are the CPU's, for every output (fp32, bf16, accumulate).
+//   - the non-finite group counts are the CPU's, for every output (fp32, bf16, accumulate);
+//   - a measured call's error sums (decoded on the device and summed in registers) are the host's
+//     sums over its own decode, to 1e-9 relative (the same squares added in another order).
 // Header checks: each corruption must give the device status and the error line the host
 // decoder gives, and leave the output untouched.
 #include <gtest/gtest.h>
@@ -24,6 +26,7 @@
 
 #include "compression/codec.h"
 #include "kernels/check.h"
+#include "kernels/roundtrip_error.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/support/test_util.h"
 
@@ -147,6 +150,21 @@ std::vector<bf16> as(const std::vector<float>& x) {
   return test::to_bf16(x);
 }
 
+// One of the self-check's sums (k = 0: error^2, 1: signal^2) against the host's: the same squares
+// in double, added in another order, so equal to 1e-9 relative (a wrong element, row or scale moves
+// the error by far more), and NaN or Inf where the host's is.
+void expect_same_sum(double got, double want, DType decoded, int k) {
+  SCOPED_TRACE(describe(k == 0 ? "error^2" : "signal^2", ", decoded ", dtype_name(decoded)));
+  if (std::isfinite(want)) {
+    EXPECT_NEAR(got, want, 1e-9 * want);
+  } else {
+    EXPECT_EQ(std::isnan(got), std::isnan(want)) << got << " against " << want;
+    if (!std::isnan(want)) {
+      EXPECT_EQ(got, want);
+    }
+  }
+}
+
 // One codec, one shape, one data set, one input type: every property of the file's header.
 template <class T>
 void check_case(const Codec& codec, MessageShape shape, Data data, uint64_t seed) {
@@ -186,8 +204,8 @@ void check_case(const Codec& codec, MessageShape shape, Data data, uint64_t seed
     EXPECT_EQ(count_mismatches(out.download(), ref), 0u) << "fp32 decode";
     EXPECT_EQ(counter.download()[0], cpu_dec.nonfinite_groups);
   }
+  std::vector<bf16> ref_bf16(n);
   {
-    std::vector<bf16> ref_bf16(n);
     const int64_t cpu_count =
         codec.decode(cpu_wire.data(), size, shape, ref_bf16.data(), ctx).nonfinite_groups;
     DeviceArray<bf16> out(n);
@@ -214,6 +232,23 @@ void check_case(const Codec& codec, MessageShape shape, Data data, uint64_t seed
     const std::vector<uint8_t> gpu_bytes = gpu_wire.download();
     codec.decode(gpu_bytes.data(), size, shape, from_gpu.data(), ctx);
     EXPECT_EQ(count_mismatches(from_gpu, ref), 0u) << "CPU decode of GPU bytes";
+  }
+  // A measured call's self-check (decode and error sums in one kernel; staged along tokens where
+  // the columns allow) against the host's sums over its own decode, for both decoded dtypes.
+  for (const DType decoded : {DType::f32, DType::bf16}) {
+    double want[3] = {0, 0, 0};
+    const void* host_decoded =
+        decoded == DType::f32 ? static_cast<const void*>(ref.data()) : ref_bf16.data();
+    cpu::roundtrip_error_sums(x.data(), dtype, host_decoded, decoded, n, want);
+    DeviceArray<double> sums(std::vector<double>(3, 0.0));
+    if (!codec.decode_error_sums_async(wire.get(), size, shape, dx.get(), dtype, decoded,
+                                       sums.get(), nullptr, status.get())) {
+      EXPECT_EQ(codec.options().group, 0) << "only fp8_tensor decodes and sums apart";
+      continue;
+    }
+    const std::vector<double> got = sums.download();
+    for (int k = 0; k < 2; ++k) expect_same_sum(got[size_t(k)], want[k], decoded, k);
+    EXPECT_EQ(got[2], want[2]) << "non-finite inputs, decoded " << dtype_name(decoded);
   }
   EXPECT_EQ(status.download()[0], 0u) << "a valid header was rejected";
 }

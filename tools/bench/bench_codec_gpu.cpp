@@ -1,11 +1,13 @@
 // taco-bench codec (GPU): the device codecs (kernels/cuda/) on bf16 messages [n / 1024, 1024]
 // of 1 MB .. 1 GB. For each size and codec: encode (bf16 in + wire out), decode to bf16 (wire in +
 // bf16 out), decode-accumulate into fp32 (wire in + fp32 in + fp32 out) and decode-sum-encode of
-// two messages (the two-shot all-reduce's middle step: 2 wires in + wire out), in GB/s of bytes
-// moved, next to a device-to-device cudaMemcpy of the bf16 message (read + write) timed in the
-// same run, and the relative L2 error of the decoded message against the input, with the CPU
-// codec's on the same elements. CUDA events around calls queued back to back (>= 1 ms of work
-// per timing, so that launch latency is not counted), best of --reps after one warm-up.
+// two messages (the two-shot all-reduce's middle step: 2 wires in + wire out) and a measured
+// call's self-check (Codec::decode_error_sums_async: this rank's encoding decoded to fp32 as the
+// collectives decode it, and its error against the input summed on the device: wire in + bf16 in),
+// in GB/s of bytes moved, next to a device-to-device cudaMemcpy of the bf16 message (read + write)
+// timed in the same run, and the relative L2 error of the decoded message against the input, with
+// the CPU codec's on the same elements. CUDA events around calls queued back to back (>= 1 ms of
+// work per timing, so that launch latency is not counted), best of --reps after one warm-up.
 #include "tools/bench/bench_codec_gpu.h"
 
 #include <algorithm>
@@ -35,8 +37,8 @@ constexpr int64_t kErrorSample = int64_t(1) << 22;  // elements checked for the 
 struct GpuRow {
   size_t message_bytes;
   std::string codec;
-  double wire_bytes, copy_gbps, encode_gbps, decode_gbps, accumulate_gbps, reduce_gbps, rel_l2,
-      cpu_rel_l2;
+  double wire_bytes, copy_gbps, encode_gbps, decode_gbps, accumulate_gbps, reduce_gbps, check_gbps,
+      rel_l2, cpu_rel_l2;
 };
 
 // GPU work per timing: enough calls back to back that the host's launch latency hides behind
@@ -107,6 +109,7 @@ int codec_gpu(const GpuCodecArgs& a) {
   uint8_t* slots = nullptr;  // decode-sum-encode: two received messages
   int64_t* counter = nullptr;
   uint32_t* status = nullptr;
+  double* sums = nullptr;  // the self-check's three sums
   TACO_CHECK_CUDA(cudaMalloc(&x, size_t(max_n) * 2));
   TACO_CHECK_CUDA(cudaMalloc(&y, size_t(max_n) * 2));
   TACO_CHECK_CUDA(cudaMalloc(&acc, size_t(max_n) * 4));
@@ -115,6 +118,7 @@ int codec_gpu(const GpuCodecArgs& a) {
   TACO_CHECK_CUDA(cudaMalloc(&slots, 2 * wire_capacity));
   TACO_CHECK_CUDA(cudaMalloc(&counter, 8));
   TACO_CHECK_CUDA(cudaMalloc(&status, 4));
+  TACO_CHECK_CUDA(cudaMalloc(&sums, 3 * sizeof(double)));
   for (int64_t i = 0; i < max_n; i += int64_t(block.size())) {
     const size_t count = std::min(block.size(), size_t(max_n - i));
     TACO_CHECK_CUDA(cudaMemcpy(x + i, block.data(), count * 2, cudaMemcpyHostToDevice));
@@ -131,12 +135,14 @@ int codec_gpu(const GpuCodecArgs& a) {
       "timings of calls queued back to back (>= %.0f ms of work each), copy and codecs alike\n"
       "GB/s = bytes moved / time: encode bf16 in + wire out; decode wire in + bf16 out;\n"
       "dec+acc wire in + fp32 in + fp32 out; reduce (decode 2, sum, re-encode: the all-reduce's\n"
-      "middle step) 2 wires in + wire out; copy = device-to-device memcpy, read + write.\n"
+      "middle step) 2 wires in + wire out; check (a measured call's self-check: decode to fp32\n"
+      "and error sums, nothing written) wire in + bf16 in; copy = device-to-device memcpy,\n"
+      "read + write ('-': the codec decodes and sums apart).\n"
       "rel L2: the GPU round trip's error on the first %lld elements; cpu L2: the CPU codec's on\n"
       "the same elements\n\n",
       (long long)kCols, (long long)kCols, a.reps, kTimedSpanMs, (long long)kErrorSample);
-  std::printf("%9s %-29s %8s %9s %9s %9s %9s %9s %9s %9s\n", "size", "codec", "B/elem", "copy",
-              "encode", "decode", "dec+acc", "reduce", "rel L2", "cpu L2");
+  std::printf("%9s %-29s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n", "size", "codec", "B/elem", "copy",
+              "encode", "decode", "dec+acc", "reduce", "check", "rel L2", "cpu L2");
   std::vector<GpuRow> rows;
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const int64_t n = int64_t(bytes / 2);
@@ -149,7 +155,8 @@ int codec_gpu(const GpuCodecArgs& a) {
       if (!selected(a.kinds, o.kind)) continue;
       const auto codec = make_codec(o);
       const size_t wire_bytes = codec->max_encoded_size(shape, DType::bf16);
-      GpuRow r{bytes, codec->name(), double(wire_bytes) / double(n), copy_gbps, 0, 0, 0, 0, 0, 0};
+      GpuRow r{bytes, codec->name(), double(wire_bytes) / double(n), copy_gbps, 0, 0, 0, 0, NAN, 0,
+               0};
       const double te = best_ms(a.reps, start, stop, [&] {
         codec->encode_async(x, DType::bf16, shape, wire, nullptr, counter);
       });
@@ -168,6 +175,14 @@ int codec_gpu(const GpuCodecArgs& a) {
                                        reinterpret_cast<uint8_t*>(y), acc, nullptr, status);
       });
       r.reduce_gbps = double(2 * wire_bytes + sum_bytes) / tr / 1e6;
+      auto check = [&] {
+        return codec->decode_error_sums_async(wire, wire_bytes, shape, x, DType::bf16, DType::f32,
+                                              sums, nullptr, status);
+      };
+      if (check()) {
+        const double tc = best_ms(a.reps, start, stop, check);
+        r.check_gbps = double(wire_bytes + bytes) / tc / 1e6;
+      }
       // y held the re-encoded sum: decode into it again for the error below.
       codec->decode_async(wire, wire_bytes, shape, y, DType::bf16, false, nullptr, status);
       r.encode_gbps = double(bytes + wire_bytes) / te / 1e6;
@@ -205,9 +220,13 @@ int codec_gpu(const GpuCodecArgs& a) {
         }
         r.cpu_rel_l2 = std::sqrt(cpu_err / ref);
       }
-      std::printf("%6zu MB %-29s %8.4f %9.1f %9.1f %9.1f %9.1f %9.1f %9.3e %9.3e\n", bytes >> 20,
-                  r.codec.c_str(), r.wire_bytes, r.copy_gbps, r.encode_gbps, r.decode_gbps,
-                  r.accumulate_gbps, r.reduce_gbps, r.rel_l2, r.cpu_rel_l2);
+      char check_text[16] = "-";
+      if (std::isfinite(r.check_gbps))
+        std::snprintf(check_text, sizeof check_text, "%.1f", r.check_gbps);
+      std::printf("%6zu MB %-29s %8.4f %9.1f %9.1f %9.1f %9.1f %9.1f %9s %9.3e %9.3e\n",
+                  bytes >> 20, r.codec.c_str(), r.wire_bytes, r.copy_gbps, r.encode_gbps,
+                  r.decode_gbps, r.accumulate_gbps, r.reduce_gbps, check_text, r.rel_l2,
+                  r.cpu_rel_l2);
       std::fflush(stdout);
       rows.push_back(r);
     }
@@ -215,8 +234,8 @@ int codec_gpu(const GpuCodecArgs& a) {
   }
   TACO_CHECK_CUDA(cudaEventDestroy(start));
   TACO_CHECK_CUDA(cudaEventDestroy(stop));
-  for (void* p :
-       {(void*)x, (void*)y, (void*)acc, (void*)wire, (void*)slots, (void*)counter, (void*)status}) {
+  for (void* p : {(void*)x, (void*)y, (void*)acc, (void*)wire, (void*)slots, (void*)counter,
+                  (void*)status, (void*)sums}) {
     TACO_CHECK_CUDA(cudaFree(p));
   }
   if (!a.json.empty()) {
@@ -233,6 +252,7 @@ int codec_gpu(const GpuCodecArgs& a) {
         << ",\"decode_gbps\":" << json_number(r.decode_gbps)
         << ",\"decode_accumulate_gbps\":" << json_number(r.accumulate_gbps)
         << ",\"decode_sum_encode_gbps\":" << json_number(r.reduce_gbps)
+        << ",\"self_check_gbps\":" << json_number(r.check_gbps)
         << ",\"rel_l2\":" << json_number(r.rel_l2)
         << ",\"cpu_rel_l2\":" << json_number(r.cpu_rel_l2) << "}";
     }
