@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   ErrorSums s;
   if (block_accepts_header(in, size, expect, status)) {
     constexpr int R = S::R, W = TS::W, kRows = TS::kRows;
-    constexpr int kScalesAt = TS::kCodeBytes, kValuesAt = kScalesAt + TS::kScaleBytes;
+    constexpr int kValuesAt = TS::kCodeBytes + TS::kScaleBytes;  // codes, scale entries, values
     const Fp8Scales mode = codec_options<kFixed>(p).scales;
     const bool dual = mode == Fp8Scales::dual, e8m0 = mode == Fp8Scales::e8m0;
     extern __shared__ uint4 stage_shared[];
@@ -182,8 +182,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
       const bool any = stage < p.tiles;
       const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
       const uint32_t dst = ring_addr + slot * C::kSlotBytes;
-      copy_code_rows<TS>(dst, codes_in, st, any, p);
-      copy_stage_scales<TS>(dst + kScalesAt, scales, st, any, p, dual, e8m0);
+      copy_coded_stage<TS>(dst, codes_in, scales, st, any, p, dual, e8m0);
       copy_value_rows<TS>(dst + kValuesAt, x, st, any, p);
       cp_async_commit();
     };
@@ -194,10 +193,7 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
 #pragma unroll 1
       for (int pass = 0; pass < TS::kPasses; ++pass) {
         const auto [block, col, first, t] = stage_group<TS, kWhole>(pass, st, p);
-        CodedTile<S> ct;
-        read_stage_codes<TS>(src, first, col, ct.packed);
-        const ScaleWords words = stage_scale_words<TS>(src + kScalesAt, block, col, dual, e8m0);
-        ct.scale[0] = t.n > 0 ? decode_scale(words, mode) : DecodeScale{1.f, 1.f, false};
+        const CodedTile<S> ct = stage_coded_tile<TS>(src, block, col, first, t.n, mode);
         float v[1][R];
         decode_loaded_tile<S, false, kWhole, false, kFixed>(ct, t, li, p, v, poisoned);
         float input[R];

@@ -12,18 +12,21 @@
 
 namespace taco::cuda::codec {
 
-// The scale entries of stage `st` copied beside its codes, to shared address `dst`, in
-// TokenStage's layout (kScaleBytes: per row block, the W groups' first entries, then their a):
-// thread j < kScaleBytes / 16 copies 16 bytes, of row block j / (2 kRunChunks), first entries or a
-// (j / kRunChunks % 2), chunk j % kRunChunks (e8m0: bytes, so 4 chunks of the 16; entries of row
-// blocks past the end, and a of the other modes, are not read). Not committed.
+// Stage `st` into the ring slot at shared address `dst`, in the decode's layout: its codes
+// (copy_code_rows), then at kCodeBytes its scale entries (TokenStage::kScaleBytes: per row block,
+// the W groups' first entries, then their a). Thread j < kScaleBytes / 16 copies 16 bytes of the
+// entries: row block j / (2 kRunChunks), first entries or a (j / kRunChunks % 2), chunk
+// j % kRunChunks (e8m0: bytes, so 4 chunks of the 16; entries of row blocks past the end, and a of
+// the other modes, are not read). Not committed.
 template <class TS>
-__device__ __forceinline__ void copy_stage_scales(uint32_t dst, const uint8_t* scales,
-                                                  const StageRef& st, bool any,
-                                                  const GroupParams& p, bool dual, bool e8m0) {
+__device__ __forceinline__ void copy_coded_stage(uint32_t dst, const uint8_t* codes_in,
+                                                 const uint8_t* scales, const StageRef& st,
+                                                 bool any, const GroupParams& p, bool dual,
+                                                 bool e8m0) {
   constexpr int G = TS::kGroupSize, W = TS::W;
   constexpr int kScaleChunks = TS::kScaleBytes / 16, kRunChunks = TS::kScaleRunBytes / 16;
   static_assert(kScaleChunks <= kThreads, "one scale copy per thread at most");
+  copy_code_rows<TS>(dst, codes_in, st, any, p);
   if (threadIdx.x >= kScaleChunks) return;
   const int j = threadIdx.x, block = j / (2 * kRunChunks), second = j / kRunChunks % 2;
   const int chunk = j % kRunChunks;
@@ -33,18 +36,24 @@ __device__ __forceinline__ void copy_stage_scales(uint32_t dst, const uint8_t* s
   const uint8_t* src = !valid ? scales
                        : e8m0 ? scales + g0 + 16 * chunk
                               : scales + 4 * (second ? p.num_groups + g0 : g0) + 16 * chunk;
-  cp_async<16>(dst + 16 * j, src, valid);
+  cp_async<16>(dst + TS::kCodeBytes + 16 * j, src, valid);
 }
 
-// The scale words of the group in column col of row block `block`, from a stage's scale entries
-// (copy_stage_scales' layout).
+// A lane's group (block, col, first: stage_group's; n its rows, 0: none) from a ring slot that
+// copy_coded_stage filled: its codes and its decoded scale.
 template <class TS>
-__device__ __forceinline__ ScaleWords stage_scale_words(const uint8_t* stage_scales, int block,
-                                                        int col, bool dual, bool e8m0) {
-  const uint8_t* entries = stage_scales + block * 2 * TS::kScaleRunBytes;
-  return ScaleWords{
+__device__ __forceinline__ CodedTile<typename TS::S> stage_coded_tile(const uint8_t* slot,
+                                                                      int block, int col, int first,
+                                                                      int n, Fp8Scales mode) {
+  const bool dual = mode == Fp8Scales::dual, e8m0 = mode == Fp8Scales::e8m0;
+  CodedTile<typename TS::S> ct;
+  read_stage_codes<TS>(slot, first, col, ct.packed);
+  const uint8_t* entries = slot + TS::kCodeBytes + block * 2 * TS::kScaleRunBytes;
+  const ScaleWords words{
       e8m0 ? uint32_t(entries[col]) : *reinterpret_cast<const uint32_t*>(entries + 4 * col),
       dual ? *reinterpret_cast<const uint32_t*>(entries + TS::kScaleRunBytes + 4 * col) : kOneBits};
+  ct.scale[0] = n > 0 ? decode_scale(words, mode) : DecodeScale{1.f, 1.f, false};
+  return ct;
 }
 
 // Along tokens, staged through shared memory (codec_fp8_token_stage.cuh), the mirror of the
@@ -83,14 +92,11 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   const int lane = threadIdx.x % 32, li = lane % L;
   int64_t poisoned_groups = 0;
 
-  // Stage `stage` into ring slot `slot`: its codes (copy_code_rows), then its scale entries
-  // (copy_stage_scales).
+  // Stage `stage` into ring slot `slot` (copy_coded_stage).
   auto fetch = [&](int64_t stage, int slot) {
     const bool any = stage < p.tiles;
     const StageRef st = any ? stage_at<W>(stage, kRows, p) : StageRef{0, 0};
-    const uint32_t dst = ring_addr + slot * kSlotBytes;
-    copy_code_rows<TS>(dst, codes_in, st, any, p);
-    copy_stage_scales<TS>(dst + TS::kCodeBytes, scales, st, any, p, dual, e8m0);
+    copy_coded_stage<TS>(ring_addr + slot * kSlotBytes, codes_in, scales, st, any, p, dual, e8m0);
     cp_async_commit();
   };
 
@@ -99,15 +105,11 @@ __global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
   auto decode_stage = [&](const StageRef& st, int slot, auto whole) {
     constexpr bool kWhole = decltype(whole)::value;
     const uint8_t* src = ring + slot * kSlotBytes;
-    const uint8_t* stage_scales = src + TS::kCodeBytes;
 #pragma unroll 1
     for (int pass = 0; pass < TS::kPasses; ++pass) {
       const auto [block, col, first, t] = stage_group<TS, kWhole>(pass, st, p);
       const int vs = TS::value_swizzle(first);
-      CodedTile<S> ct;
-      read_stage_codes<TS>(src, first, col, ct.packed);
-      const ScaleWords words = stage_scale_words<TS>(stage_scales, block, col, dual, e8m0);
-      ct.scale[0] = t.n > 0 ? decode_scale(words, mode) : DecodeScale{1.f, 1.f, false};
+      const CodedTile<S> ct = stage_coded_tile<TS>(src, block, col, first, t.n, mode);
       float v[1][R];
       decode_loaded_tile<S, false, kWhole, false, kFixed, kBf16>(ct, t, li, p, v, poisoned_groups);
       if constexpr (kPairs) {
