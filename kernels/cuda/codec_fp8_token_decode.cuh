@@ -56,6 +56,19 @@ __device__ __forceinline__ CodedTile<typename TS::S> stage_coded_tile(const uint
   return ct;
 }
 
+// Blocks a multiprocessor that the staged decode is built for: TACO_CODEC_ACCUMULATE_MIN_BLOCKS
+// (3) for the decode-accumulate at G <= 128, whose fp32 staging buffer leaves 68 KB of shared
+// memory a block, so that 3 fit; it ran 12% faster with 3 than with 2 on an H100
+// (tools/bench/RESULTS.md, 2026-12-07, seventeenth session), while the bf16 decode did not move
+// and the encode and the self-check slowed. Everything else: TACO_CODEC_MIN_BLOCKS.
+#ifndef TACO_CODEC_ACCUMULATE_MIN_BLOCKS
+#define TACO_CODEC_ACCUMULATE_MIN_BLOCKS 3
+#endif
+template <bool kAccumulate, int G>
+constexpr int token_decode_min_blocks() {
+  return kAccumulate && G <= 128 ? TACO_CODEC_ACCUMULATE_MIN_BLOCKS : TACO_CODEC_MIN_BLOCKS;
+}
+
 // Along tokens, staged through shared memory (codec_fp8_token_stage.cuh), the mirror of the
 // encode's: each stage's codes and scale entries come in through a ring of kCodeStages stages
 // (cp.async: codes kCodeCopy bytes at a time, scale entries 16), its groups are decoded in the
@@ -64,7 +77,7 @@ __device__ __forceinline__ CodedTile<typename TS::S> stage_coded_tile(const uint
 // kAccumulate). Barriers as in fp8_group_encode_token_stages_kernel. A stage whose rows all
 // exist (every one but a message's last row of stages) takes whole groups (kWhole: no tail tests).
 template <class TOut, bool kAccumulate, int G, FixedOptions kFixed>
-__global__ void __launch_bounds__(kThreads, TACO_CODEC_MIN_BLOCKS)
+__global__ void __launch_bounds__(kThreads, token_decode_min_blocks<kAccumulate, G>())
     fp8_group_decode_token_stages_kernel(const uint8_t* __restrict__ in, uint64_t size,
                                          WireExpectation expect, TOut* __restrict__ out,
                                          GroupParams p, uint32_t* status,
