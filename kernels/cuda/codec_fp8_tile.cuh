@@ -32,6 +32,13 @@ namespace taco::cuda::codec {
 #ifndef TACO_CODEC_MIN_BLOCKS
 #define TACO_CODEC_MIN_BLOCKS 2
 #endif
+// The staged decode-accumulate along tokens at G <= 128 (codec_fp8_token_decode.cuh) is built for
+// 3: it ran 12% faster than with 2 on an H100, while the same for every kernel slowed the token
+// encode, the self-check and the decode-sum-encode (tools/bench/RESULTS.md, 2026-12-07,
+// seventeenth session).
+#ifndef TACO_CODEC_ACCUMULATE_MIN_BLOCKS
+#define TACO_CODEC_ACCUMULATE_MIN_BLOCKS 3
+#endif
 // The decode kernel's own caps on R, for bf16 and for fp32 outputs (it holds codes, not input
 // runs, for the next tile, so more fits; measured on an H200, tools/bench/RESULTS.md: bf16 taco
 // G=128 decodes at 2875 GB/s with 64 and 2444 with 32, the fp32 decode-accumulate at 2059 with

@@ -57,13 +57,8 @@ __device__ __forceinline__ CodedTile<typename TS::S> stage_coded_tile(const uint
 }
 
 // Blocks a multiprocessor that the staged decode is built for: TACO_CODEC_ACCUMULATE_MIN_BLOCKS
-// (3) for the decode-accumulate at G <= 128, whose fp32 staging buffer leaves 68 KB of shared
-// memory a block, so that 3 fit; it ran 12% faster with 3 than with 2 on an H100
-// (tools/bench/RESULTS.md, 2026-12-07, seventeenth session), while the bf16 decode did not move
-// and the encode and the self-check slowed. Everything else: TACO_CODEC_MIN_BLOCKS.
-#ifndef TACO_CODEC_ACCUMULATE_MIN_BLOCKS
-#define TACO_CODEC_ACCUMULATE_MIN_BLOCKS 3
-#endif
+// for the decode-accumulate at G <= 128 (its fp32 staging buffer leaves 68 KB of shared memory a
+// block, so that 3 fit), TACO_CODEC_MIN_BLOCKS for everything else.
 template <bool kAccumulate, int G>
 constexpr int token_decode_min_blocks() {
   return kAccumulate && G <= 128 ? TACO_CODEC_ACCUMULATE_MIN_BLOCKS : TACO_CODEC_MIN_BLOCKS;
