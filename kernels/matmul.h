@@ -40,8 +40,9 @@ void matmul_backward(double* dinp, double* dweight, double* dbias, const double*
 //     dinp = (dout weight) * gelu'(pre_gelu): the gradient flows on through the GELU (DGELU
 //     epilogue). dbias comes from a deterministic column-sum kernel (or, opt-in, from the
 //     dweight GEMM's BGRADB epilogue).
-// The first call of each shape times up to eight of cuBLASLt's candidate algorithms on its own
-// operands (without touching what it accumulates into) and keeps the fastest for the process.
+// The first call of each shape times up to eight (matmul_set_autotune_candidates) of cuBLASLt's
+// candidate algorithms on its own operands (without touching what it accumulates into) and
+// keeps the fastest for the process.
 namespace taco::cuda {
 
 void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N, int IC,
@@ -56,6 +57,10 @@ void matmul_set_fused_epilogues(bool enabled);
 // false: shapes met from now on take cuBLASLt's first heuristic choice untimed (the choice then
 // repeats from run to run; tuned choices may differ between runs by timing noise). Default on.
 void matmul_set_autotune(bool enabled);
+// How many of cuBLASLt's heuristic candidates autotuning times for each new shape (1 to
+// kMatmulMaxCandidates; default 8). Shapes already tuned keep their choice.
+constexpr int kMatmulMaxCandidates = 32;
+void matmul_set_autotune_candidates(int candidates);
 // How many shapes had more than one candidate and were timed, so far in this process.
 int matmul_autotuned_shapes();
 // true: the bias gradient from cuBLASLt's BGRADB epilogue of the dweight GEMM where it has an

@@ -17,10 +17,10 @@
 // algorithm, which autotuning may pick differently on each rank (tp ranks must compute the
 // replicated biases' gradients bit for bit alike).
 //
-// Algorithms: the first call of each shape asks cuBLASLt's heuristic for up to kCandidates
-// algorithms, times each on the call's own operands and keeps the fastest (its first choice is
-// up to 25% slower on some of GPT-2's shapes, e.g. the dGELU GEMM); matmul_set_autotune(false)
-// keeps the heuristic's first choice.
+// Algorithms: the first call of each shape asks cuBLASLt's heuristic for up to 8 algorithms
+// (matmul_set_autotune_candidates), times each on the call's own operands and keeps the fastest
+// (its first choice is up to 25% slower on some of GPT-2's shapes, e.g. the dGELU GEMM);
+// matmul_set_autotune(false) keeps the heuristic's first choice.
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -47,7 +47,7 @@ std::atomic<bool> g_fused_epilogues{true};
 std::atomic<bool> g_autotune{true};
 std::atomic<bool> g_bias_grad_epilogue{false};
 std::atomic<int> g_tuned_shapes{0};
-constexpr int kCandidates = 8;
+std::atomic<int> g_candidates{8};
 
 // One cuBLASLt call: column-major D[m, n] = op(A)[m, k] op(B)[k, n] (+ D when accumulate).
 struct Gemm {
@@ -260,9 +260,9 @@ bool run_gemm(const Gemm& g, cudaStream_t stream) {
     set_pref(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
     set_pref(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
     set_pref(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
-    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
+    cublasLtMatmulHeuristicResult_t results[kMatmulMaxCandidates]{};
     int returned = 0;
-    const int wanted = g_autotune ? kCandidates : 1;
+    const int wanted = g_autotune ? g_candidates.load() : 1;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
         handle, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, wanted, results, &returned);
     std::vector<cublasLtMatmulAlgo_t> candidates;
@@ -358,6 +358,12 @@ void require(bool ran, const Gemm& g) {
 void matmul_set_fused_epilogues(bool enabled) { g_fused_epilogues = enabled; }
 
 void matmul_set_autotune(bool enabled) { g_autotune = enabled; }
+
+void matmul_set_autotune_candidates(int candidates) {
+  TACO_CHECK(candidates >= 1 && candidates <= kMatmulMaxCandidates,
+             "matmul_set_autotune_candidates: 1 to " + std::to_string(kMatmulMaxCandidates));
+  g_candidates = candidates;
+}
 
 void matmul_set_bias_grad_epilogue(bool enabled) { g_bias_grad_epilogue = enabled; }
 

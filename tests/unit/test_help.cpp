@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/test_util.h"
@@ -39,6 +40,25 @@ TEST(Help, EveryBinaryExplainsItselfAndPointsAtTheKeyReference) {
   expect_help(bin + "taco-generate", {"usage: taco-generate", "--prompt", "--tokens"});
   expect_help(bin + "taco-reshard", {"usage: taco-reshard", "--set", "--config"});
   expect_help(bin + "taco-plan", {"usage: taco-plan", "--cluster", "--layout", "docs/planner.md"});
+}
+
+// A bad option of taco-bench step is refused with one line naming it and exit 2, before the step
+// looks for a GPU (so also here, without one).
+TEST(Help, BadStepOptionsGetOneLineAndExitTwo) {
+  const std::string step = test::binary_dir() + "/taco-bench step ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--gemm-candidates 33", "--gemm-candidates: 33 is more than"},
+      {"--gemm-candidates 0", "--gemm-candidates: '0'"},
+      {"--gemm fastest", "--gemm: 'fastest'"},
+  };
+  for (const auto& [args, says] : cases) {
+    const auto r = test::run_command(step + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("no CUDA device"), std::string::npos)
+        << args << ": refused before the device check\n"
+        << r.output;
+  }
 }
 
 TEST(Help, EveryScriptExplainsItselfAndPointsAtTheKeyReference) {

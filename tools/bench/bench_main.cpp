@@ -73,7 +73,8 @@ constexpr Subcommand kSubcommands[] = {
     {"step", taco::bench::step,
      "step [--model 124m|350m|1.3b] [--steps N] [--warmup N] [--batch B] [--per-kernel]\n"
      "      [--reps N] [--check] [--torch] [--torch-script PATH] [--seed S] [--json FILE]\n"
-     "      [--attention auto|own|cudnn] [--gemm tuned|heuristic] [--graph on|off]\n"
+     "      [--attention auto|own|cudnn] [--gemm tuned|heuristic] [--gemm-candidates 8]\n"
+     "      [--graph on|off]\n"
      "      one bf16 training step on one GPU: ms/step, tokens/s, MFU, memory; per-kernel\n"
      "      breakdown; loss check; PyTorch eager and torch.compile on the same shapes;\n"
      "      attention by cuDNN's fused SDPA (auto: where it runs the shape) or our kernels;\n"

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/check.h"
+#include "kernels/matmul.h"
 #include "tools/bench/bench.h"
 
 #if TACO_HAVE_CUDA
@@ -33,7 +34,6 @@
 #include "engine/train/metrics.h"
 #include "kernels/attention.h"
 #include "kernels/gradnorm.h"
-#include "kernels/matmul.h"
 #include "model/ops.h"
 #include "tools/bench/bench_step.h"
 #endif
@@ -55,6 +55,7 @@ struct Args {
   std::string torch_script;
   std::string attention = "auto";  // auto | own | cudnn (kernels/attention.h's AttentionEngine)
   std::string gemm = "tuned";      // tuned | heuristic (kernels/matmul.h's matmul_set_autotune)
+  int gemm_candidates = 8;         // with tuned: matmul_set_autotune_candidates
   bool torch = false, per_kernel = false, check = false;
   bool graph = true;  // --graph on|off
 };
@@ -100,6 +101,12 @@ Args parse_args(const std::vector<std::string>& a) {
       r.gemm = value(i);
       if (r.gemm != "tuned" && r.gemm != "heuristic")
         throw UserError("--gemm: '" + r.gemm + "' is not one of tuned, heuristic");
+    } else if (a[i] == "--gemm-candidates") {
+      r.gemm_candidates = count(i, 1);
+      if (r.gemm_candidates > cuda::kMatmulMaxCandidates)
+        throw UserError("--gemm-candidates: " + std::to_string(r.gemm_candidates) +
+                        " is more than cuBLASLt is asked for at most (" +
+                        std::to_string(cuda::kMatmulMaxCandidates) + ")");
     } else if (a[i] == "--attention") {
       r.attention = value(i);
       if (r.attention != "auto" && r.attention != "own" && r.attention != "cudnn")
@@ -441,6 +448,7 @@ int step(const std::vector<std::string>& args) {
   const DeviceInfo device = select_device(true, 0);
   const Shape shape = shape_of(a);
   cuda::matmul_set_autotune(a.gemm == "tuned");
+  cuda::matmul_set_autotune_candidates(a.gemm_candidates);
   cuda::attention_select_engine(a.attention == "own"     ? cuda::AttentionEngine::kOwn
                                 : a.attention == "cudnn" ? cuda::AttentionEngine::kCudnn
                                                          : cuda::AttentionEngine::kAuto);
@@ -464,9 +472,11 @@ int step(const std::vector<std::string>& args) {
       cuda::attention_engine_description(true, shape.batch, d.seq_len, d.d_model, d.n_head);
   std::printf("attention (--attention %s): forward %s; backward %s\n", a.attention.c_str(),
               attention_fwd.c_str(), attention_bwd.c_str());
-  std::printf("GEMM algorithms (--gemm %s): %s\n", a.gemm.c_str(),
-              a.gemm == "tuned" ? "the fastest of cuBLASLt's first 8 candidates, timed per shape"
-                                : "cuBLASLt's first heuristic choice");
+  const std::string gemm_text =
+      a.gemm == "tuned" ? "the fastest of cuBLASLt's first " + std::to_string(a.gemm_candidates) +
+                              " candidates, timed per shape"
+                        : std::string("cuBLASLt's first heuristic choice");
+  std::printf("GEMM algorithms (--gemm %s): %s\n", a.gemm.c_str(), gemm_text.c_str());
   std::fflush(stdout);
 
   const StepResult r = run_steps(*runner, a, total_before - free_before);
@@ -531,6 +541,7 @@ int step(const std::vector<std::string>& args) {
         .add("seq_len", (long long)d.seq_len)
         .add("batch", (long long)shape.batch)
         .add("gemm_algorithms", a.gemm)
+        .add("gemm_candidates", (long long)(a.gemm == "tuned" ? a.gemm_candidates : 1))
         .add("graph", graph_text)
         .add("attention_forward", attention_fwd)
         .add("attention_backward", attention_bwd)
