@@ -176,9 +176,18 @@ TEST_F(CodecSum, TacoSumsItsCoefficientsAndGetsTheValueDomainSum) {
               for (const auto& x : m.x) {
                 for (size_t i = 0; i < codes; ++i) exact[i] += x[i];
               }
+              // With e8m0 the two paths differ in more codes (1-12 of a group of 128 in one
+              // seed's message; likely ties: power-of-two scales make sums that sit exactly
+              // halfway between two codes common, and the value-domain path's fp32 round trip
+              // breaks them either way), so on the smallest messages (p = 2, 48 rows) the two
+              // errors part by chance. Over 1500 seeds (72000 e8m0 cases) the ratio
+              // had median 1.000 and maximum 1.030, and exceeded 1.02 fourteen times (a run of
+              // this test failed about once in a hundred with one bound); the other scales
+              // stayed within 1.003. A wrong sum moves the error far more than either bound.
+              const double bound = sc == Fp8Scales::e8m0 ? 1.06 : 1.02;
               const double e_new = l2(decoded(*codec, new_bytes, s), exact);
               const double e_old = l2(decoded(*codec, old_bytes, s), exact);
-              EXPECT_LE(e_new, 1.02 * e_old) << "error against the exact sum";
+              EXPECT_LE(e_new, bound * e_old) << "error against the exact sum";
               if (HasFailure()) return;
             }
           }
