@@ -58,8 +58,8 @@ void matmul_set_fused_epilogues(bool enabled);
 // repeats from run to run; tuned choices may differ between runs by timing noise). Default on.
 void matmul_set_autotune(bool enabled);
 // How many of cuBLASLt's heuristic candidates autotuning times for each new shape (1 to
-// kMatmulMaxCandidates; default 8). Shapes already tuned keep their choice.
-constexpr int kMatmulMaxCandidates = 32;
+// kMatmulMaxCandidates; default kMatmulDefaultCandidates). Shapes already tuned keep their choice.
+constexpr int kMatmulDefaultCandidates = 8, kMatmulMaxCandidates = 32;
 void matmul_set_autotune_candidates(int candidates);
 // How many shapes had more than one candidate and were timed, so far in this process.
 int matmul_autotuned_shapes();

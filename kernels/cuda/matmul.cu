@@ -17,10 +17,10 @@
 // algorithm, which autotuning may pick differently on each rank (tp ranks must compute the
 // replicated biases' gradients bit for bit alike).
 //
-// Algorithms: the first call of each shape asks cuBLASLt's heuristic for up to 8 algorithms
-// (matmul_set_autotune_candidates), times each on the call's own operands and keeps the fastest
-// (its first choice is up to 25% slower on some of GPT-2's shapes, e.g. the dGELU GEMM);
-// matmul_set_autotune(false) keeps the heuristic's first choice.
+// Algorithms: the first call of each shape asks cuBLASLt's heuristic for up to
+// kMatmulDefaultCandidates algorithms (matmul_set_autotune_candidates), times each on the call's
+// own operands and keeps the fastest (its first choice is up to 25% slower on some of GPT-2's
+// shapes, e.g. the dGELU GEMM); matmul_set_autotune(false) keeps the heuristic's first choice.
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -47,7 +47,7 @@ std::atomic<bool> g_fused_epilogues{true};
 std::atomic<bool> g_autotune{true};
 std::atomic<bool> g_bias_grad_epilogue{false};
 std::atomic<int> g_tuned_shapes{0};
-std::atomic<int> g_candidates{8};
+std::atomic<int> g_candidates{kMatmulDefaultCandidates};
 
 // One cuBLASLt call: column-major D[m, n] = op(A)[m, k] op(B)[k, n] (+ D when accumulate).
 struct Gemm {

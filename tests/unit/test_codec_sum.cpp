@@ -180,9 +180,9 @@ TEST_F(CodecSum, TacoSumsItsCoefficientsAndGetsTheValueDomainSum) {
               // seed's message; likely ties: power-of-two scales make sums that sit exactly
               // halfway between two codes common, and the value-domain path's fp32 round trip
               // breaks them either way), so on the smallest messages (p = 2, 48 rows) the two
-              // errors part by chance. Over 1500 seeds (72000 e8m0 cases) the ratio
-              // had median 1.000 and maximum 1.030, and exceeded 1.02 fourteen times (a run of
-              // this test failed about once in a hundred with one bound); the other scales
+              // errors part by chance. Over 1500 seeds (72000 e8m0 cases) the ratio had median
+              // 1.000 and maximum 1.030, and exceeded 1.02 fourteen times (so with 1.02 for every
+              // scale, a run of this test failed about once in a hundred); the other scales
               // stayed within 1.003. A wrong sum moves the error far more than either bound.
               const double bound = sc == Fp8Scales::e8m0 ? 1.06 : 1.02;
               const double e_new = l2(decoded(*codec, new_bytes, s), exact);

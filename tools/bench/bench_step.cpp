@@ -55,7 +55,7 @@ struct Args {
   std::string torch_script;
   std::string attention = "auto";  // auto | own | cudnn (kernels/attention.h's AttentionEngine)
   std::string gemm = "tuned";      // tuned | heuristic (kernels/matmul.h's matmul_set_autotune)
-  int gemm_candidates = 8;         // with tuned: matmul_set_autotune_candidates
+  int gemm_candidates = cuda::kMatmulDefaultCandidates;  // with tuned
   bool torch = false, per_kernel = false, check = false;
   bool graph = true;  // --graph on|off
 };
